@@ -1,0 +1,32 @@
+"""Plain dataclasses and the error tree. No I/O, no framework imports, nothing of ours."""
+
+from gateway.core.errors import (
+    AuthenticationError,
+    BadRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    RateLimitError,
+    ServiceUnavailableError,
+    SwitchyardError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
+from gateway.core.types import ChatRequest, ChatResult, RequestContext, Usage
+
+__all__ = [
+    "AuthenticationError",
+    "BadRequestError",
+    "ChatRequest",
+    "ChatResult",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
+    "RateLimitError",
+    "RequestContext",
+    "ServiceUnavailableError",
+    "SwitchyardError",
+    "UpstreamError",
+    "UpstreamTimeoutError",
+    "Usage",
+]

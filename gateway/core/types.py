@@ -1,0 +1,158 @@
+"""Plain frozen dataclasses that travel between the gateway's parts.
+
+Conventions:
+- Token counts are ``int | None``: None means "unknown", never 0.
+- ``Usage.input_tokens`` counts *all* prompt tokens, including cached reads and cache writes
+  (OpenAI's ``prompt_tokens`` convention). Providers whose wire format counts them apart
+  (Anthropic) normalise into this shape.
+- Money is ``Decimal``; prices are USD per 1M tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    estimated: bool = False
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI ``usage`` object for this usage."""
+        prompt = self.input_tokens or 0
+        completion = self.output_tokens or 0
+        out: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        if self.cached_input_tokens is not None:
+            out["prompt_tokens_details"] = {"cached_tokens": self.cached_input_tokens}
+        if self.reasoning_tokens is not None:
+            out["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
+        return out
+
+
+def usage_from_openai(obj: Any) -> Usage | None:
+    """Read an OpenAI-style ``usage`` object (chat, completions or embeddings)."""
+    if not isinstance(obj, dict):
+        return None
+    prompt = obj.get("prompt_tokens")
+    completion = obj.get("completion_tokens")
+    details = obj.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    cdetails = obj.get("completion_tokens_details")
+    reasoning = cdetails.get("reasoning_tokens") if isinstance(cdetails, dict) else None
+    if completion is None and prompt is not None and "total_tokens" in obj:
+        completion = 0 if obj.get("total_tokens") == prompt else None
+    return Usage(
+        input_tokens=prompt if isinstance(prompt, int) else None,
+        output_tokens=completion if isinstance(completion, int) else None,
+        cached_input_tokens=cached if isinstance(cached, int) else None,
+        reasoning_tokens=reasoning if isinstance(reasoning, int) else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """USD per 1M tokens. ``cached_input``/``cache_write`` of None mean: priced as input."""
+
+    input: Decimal
+    output: Decimal
+    cached_input: Decimal | None = None
+    cache_write: Decimal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One concrete place a request can be sent: a catalog model on a provider."""
+
+    model: str  # catalog name (what the ledger calls served_model)
+    provider: str  # provider name from the policy
+    upstream_model: str  # the id the upstream API expects
+    price: Price
+    context_window: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A validated chat request. ``body`` is the OpenAI request body as the client sent it,
+    after the route's default/pinned parameters were applied; unknown fields stay in it so
+    OpenAI-compatible upstreams receive them. Treat it as read-only."""
+
+    body: dict[str, Any]
+    stream: bool
+    include_usage: bool
+
+    @property
+    def model(self) -> str:
+        return str(self.body["model"])
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        msgs: list[dict[str, Any]] = self.body["messages"]
+        return msgs
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResult:
+    """A complete (non-streamed) chat completion in OpenAI shape, with normalised usage."""
+
+    body: dict[str, Any]
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class RawResult:
+    """A complete response of a pass-through endpoint (completions, embeddings)."""
+
+    body: dict[str, Any]
+    usage: Usage
+
+
+class ChatStream(Protocol):
+    """An upstream stream that has been accepted (HTTP 200) by the upstream.
+
+    Iterating yields OpenAI ``chat.completion.chunk`` dicts, including a final usage-only
+    chunk (``choices == []``) when the upstream reports usage. Iteration ends normally only
+    when the upstream ended the stream cleanly; a cut, a malformed event or an idle timeout
+    raises ``StreamBrokenError`` / ``UpstreamTimeoutError``. ``usage`` is set as soon as it is
+    known. ``aclose`` releases the upstream connection (and cancels the upstream request).
+    """
+
+    usage: Usage | None
+
+    def __aiter__(self) -> AsyncIterator[dict[str, Any]]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the tenant and (a non-secret id of) the key used."""
+
+    tenant: str
+    key_id: str | None = None  # short hash prefix, never the key itself
+    allowed_models: frozenset[str] | None = None  # None: every model/route the policy exposes
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """Per-request facts gathered on the way through; mutable, owned by one request."""
+
+    request_id: str
+    principal: Principal
+    started: float  # time.perf_counter() at arrival
+    started_wall: float  # time.time() at arrival
+    cache_control_no_cache: bool = False
+    upstream_seconds: float = 0.0
+    attempts: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)

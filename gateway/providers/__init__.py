@@ -1,0 +1,1 @@
+"""Upstream APIs: one module per API, each implementing ``base.Provider``."""
