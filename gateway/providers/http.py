@@ -1,0 +1,115 @@
+"""HTTP plumbing shared by the provider modules: one aiohttp session per provider, and the
+single place where transport failures and HTTP statuses become Switchyard errors."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+from collections.abc import Mapping
+
+import aiohttp
+import orjson
+
+from gateway.core.errors import (
+    SwitchyardError,
+    UpstreamError,
+    UpstreamRateLimitedError,
+    UpstreamRejectedError,
+    UpstreamTimeoutError,
+)
+
+
+def new_session() -> aiohttp.ClientSession:
+    """A pooled keep-alive session; create it inside the running event loop."""
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+    return aiohttp.ClientSession(
+        connector=connector,
+        json_serialize=lambda o: orjson.dumps(o).decode(),
+        auto_decompress=True,
+        trust_env=False,
+    )
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from Retry-After (delta-seconds or HTTP date) or retry-after-ms."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def upstream_message(raw: bytes, limit: int = 300) -> str:
+    """The upstream's own error message, if it sent a JSON error, shortened."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return ""
+    err = data.get("error") if isinstance(data, dict) else None
+    msg = err.get("message") if isinstance(err, dict) else (err if isinstance(err, str) else None)
+    if not isinstance(msg, str):
+        return ""
+    return msg[:limit]
+
+
+def status_error(provider: str, status: int, headers: Mapping[str, str], raw: bytes) -> SwitchyardError:
+    """Map a non-2xx upstream answer to the error tree (see providers/base.py)."""
+    detail = upstream_message(raw)
+    suffix = f": {detail}" if detail else ""
+    if status == 429:
+        return UpstreamRateLimitedError(
+            f"upstream '{provider}' is rate limiting{suffix}",
+            upstream_status=429,
+            retry_after=parse_retry_after(headers),
+        )
+    if status >= 500:
+        err = UpstreamError(f"upstream '{provider}' failed with HTTP {status}{suffix}", upstream_status=status)
+        if status in (503, 529):
+            err.status = 503
+        return err
+    if status in (401, 403):
+        return UpstreamError(
+            f"upstream '{provider}' refused the gateway's credentials (HTTP {status}); check its API key",
+            upstream_status=status,
+            retryable=False,
+            code="upstream_auth_failed",
+        )
+    if status == 404:
+        return UpstreamError(
+            f"upstream '{provider}' does not know this model or path (HTTP 404){suffix}",
+            upstream_status=status,
+            retryable=False,
+            code="upstream_not_found",
+        )
+    return UpstreamRejectedError(f"upstream '{provider}' rejected the request{suffix}", upstream_status=status)
+
+
+def transport_error(provider: str, exc: BaseException) -> SwitchyardError:
+    """Map an aiohttp/asyncio failure (no HTTP answer) to the error tree."""
+    if isinstance(exc, SwitchyardError):
+        return exc
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
+        return UpstreamTimeoutError(f"upstream '{provider}' timed out")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return UpstreamError(f"cannot connect to upstream '{provider}'", code="upstream_connect_error")
+    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError)):
+        return UpstreamError(f"upstream '{provider}' closed the connection", code="upstream_disconnected")
+    return UpstreamError(f"upstream '{provider}' transport failure ({type(exc).__name__})")
+
+
+def bad_response(provider: str, what: str) -> UpstreamError:
+    return UpstreamError(f"upstream '{provider}' sent a malformed response: {what}", code="upstream_bad_response")
