@@ -1,0 +1,74 @@
+"""The FastAPI application factory and its lifespan (everything is built here, nothing at import)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from gateway import __version__
+from gateway.api.errors import install_error_handlers
+from gateway.api.routes import router
+from gateway.api.state import AppState
+from gateway.config.loader import load_policy
+from gateway.config.settings import Settings
+from gateway.ledger.store import open_ledger
+from gateway.limits.keys import KeyCache, KeyStore
+from gateway.pipeline import Pipeline
+from gateway.runtime import build_runtime, close_parts
+from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger("switchyard")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings.from_env()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        policy = load_policy(settings.policy_path)  # a bad policy stops start-up with its errors
+        runtime, _ = build_runtime(policy, None, settings.redis_url)
+        settings.home.mkdir(parents=True, exist_ok=True)
+        ledger = open_ledger(settings.ledger_url)
+        ledger.start()
+        metrics = Metrics()
+        state = AppState(
+            settings=settings,
+            pipeline=Pipeline(runtime, ledger, metrics),
+            keys=KeyCache(KeyStore(settings.keys_db)),
+            ledger=ledger,
+            metrics=metrics,
+        )
+        state.redact_with_current_secrets()
+        app.state.sy = state
+        loop = asyncio.get_running_loop()
+        sighup = False
+        with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+            loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(state.reload()))
+            sighup = True
+        log.info("switchyard %s ready: policy %s, ledger %s", __version__, settings.policy_path, settings.ledger_url)
+        try:
+            yield
+        finally:
+            if sighup:
+                loop.remove_signal_handler(signal.SIGHUP)
+            await state.pipeline.aclose()
+            for task in list(state.tasks):
+                task.cancel()
+            await close_parts([*state.pipeline.runtime.providers.values(), state.pipeline.runtime.cache])
+            await asyncio.to_thread(ledger.close)
+
+    app = FastAPI(
+        title="Switchyard",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    install_error_handlers(app)
+    app.include_router(router)
+    return app

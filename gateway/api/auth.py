@@ -1,0 +1,55 @@
+"""Who is calling: a virtual key (hashed lookup) or, when the policy says so, nobody."""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.datastructures import Headers
+
+from gateway.config.policy import Policy
+from gateway.config.settings import Secret
+from gateway.core.errors import AuthenticationError, PermissionDeniedError
+from gateway.core.types import Principal
+from gateway.limits.keys import KeyCache
+
+
+def presented_key(headers: Headers) -> str | None:
+    auth = headers.get("authorization")
+    if auth:
+        scheme, _, value = auth.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+        return None
+    return headers.get("x-api-key") or None
+
+
+def authenticate(headers: Headers, policy: Policy, keys: KeyCache) -> Principal:
+    if policy.server.auth == "none":
+        return _principal("anonymous", None, policy)
+    key = presented_key(headers)
+    if key is None:
+        raise AuthenticationError(
+            "You didn't provide an API key. Send it as 'Authorization: Bearer sk-sy-...'", code="missing_api_key"
+        )
+    record = keys.lookup(key)
+    if record is None:
+        raise AuthenticationError("Incorrect API key provided")
+    return _principal(record.tenant, record.key_id, policy)
+
+
+def _principal(tenant: str, key_id: str | None, policy: Policy) -> Principal:
+    tp = policy.tenants.get(tenant)
+    allowed = None if tp is None or "*" in tp.models else frozenset(tp.models)
+    return Principal(tenant=tenant, key_id=key_id, allowed_models=allowed)
+
+
+def require_admin(headers: Headers, admin_key: Secret | None) -> None:
+    if admin_key is None:
+        raise PermissionDeniedError(
+            "Admin API disabled: set SWITCHYARD_ADMIN_KEY to enable it", code="admin_disabled"
+        )
+    key = presented_key(headers)
+    if key is None:
+        raise AuthenticationError("Admin endpoints need the admin key as a bearer token", code="missing_api_key")
+    if not hmac.compare_digest(key.encode(), admin_key.get().encode()):
+        raise PermissionDeniedError("This key is not the admin key", code="not_admin")

@@ -1,0 +1,148 @@
+"""Thin route handlers: authenticate, parse, call the pipeline, render."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response, StreamingResponse
+
+from gateway.api.auth import require_admin
+from gateway.api.state import AppState
+from gateway.api.wire import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, validate
+from gateway.core.errors import BadRequestError, PayloadTooLargeError
+from gateway.core.types import ChatRequest
+from gateway.pipeline import Reply
+
+router = APIRouter()
+
+JSON = "application/json"
+
+
+def _state(request: Request) -> AppState:
+    state: AppState = request.app.state.sy
+    return state
+
+
+async def _json_body(request: Request, limit: int) -> Any:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise PayloadTooLargeError(f"Request body of {length} bytes is over the limit of {limit} bytes")
+    if length is not None and length.isdigit():
+        raw = await request.body()
+    else:
+        parts: list[bytes] = []
+        size = 0
+        async for part in request.stream():
+            size += len(part)
+            if size > limit:
+                raise PayloadTooLargeError(f"Request body is over the limit of {limit} bytes")
+            parts.append(part)
+        raw = b"".join(parts)
+    if not raw:
+        raise BadRequestError("The request body is empty; send a JSON object")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise BadRequestError(
+            "We could not parse the JSON body of your request: it is not valid JSON (UTF-8)"
+        ) from None
+
+
+def _render(reply: Reply) -> Response:
+    if reply.stream is not None:
+        headers = {**reply.headers, "cache-control": "no-cache", "x-accel-buffering": "no"}
+        return StreamingResponse(reply.stream, media_type="text/event-stream", headers=headers)
+    return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type=JSON)
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    state = _state(request)
+    ctx = state.context(request)
+    data = await _json_body(request, state.pipeline.runtime.policy.server.max_body_bytes)
+    validate(ChatCompletionRequest, data)
+    opts = data.get("stream_options")
+    req = ChatRequest(
+        body=data,
+        stream=bool(data.get("stream")),
+        include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
+    )
+    return _render(await state.pipeline.chat(req, ctx))
+
+
+@router.post("/v1/completions")
+async def completions(request: Request) -> Response:
+    state = _state(request)
+    ctx = state.context(request)
+    data = await _json_body(request, state.pipeline.runtime.policy.server.max_body_bytes)
+    validate(CompletionRequest, data)
+    return _render(await state.pipeline.passthrough("completions", data, ctx))
+
+
+@router.post("/v1/embeddings")
+async def embeddings(request: Request) -> Response:
+    state = _state(request)
+    ctx = state.context(request)
+    data = await _json_body(request, state.pipeline.runtime.policy.server.max_body_bytes)
+    validate(EmbeddingRequest, data)
+    return _render(await state.pipeline.passthrough("embeddings", data, ctx))
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> Response:
+    state = _state(request)
+    ctx = state.context(request)
+    created = int(time.time())
+    data = [
+        {"id": name, "object": "model", "created": created, "owned_by": owner}
+        for name, owner in state.pipeline.runtime.router.visible_models(ctx.principal)
+    ]
+    return Response(orjson.dumps({"object": "list", "data": data}), media_type=JSON)
+
+
+@router.get("/healthz")
+async def healthz() -> Response:
+    return Response(b'{"status":"ok"}', media_type=JSON)
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> Response:
+    state = _state(request)
+    checks = {"policy": True, "ledger": state.ledger.healthy()}
+    cache = state.pipeline.runtime.cache
+    if cache.backend == "redis":
+        checks["redis"] = await cache.ping()
+    ok = all(checks.values())
+    body = {"status": "ready" if ok else "not_ready", "checks": checks}
+    return Response(orjson.dumps(body), status_code=200 if ok else 503, media_type=JSON)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    state = _state(request)
+    state.metrics.ledger_pending.set(state.ledger.pending())
+    for model, breaker_state in state.pipeline.breakers.states().items():
+        state.metrics.breaker_open.labels(model).set(1 if breaker_state == "open" else 0)
+    return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@router.post("/admin/policy/reload")
+async def reload_policy(request: Request) -> Response:
+    state = _state(request)
+    require_admin(request.headers, state.settings.admin_key)
+    problems = await state.reload()
+    if problems:
+        body = {
+            "error": {
+                "message": "The policy file has errors; the running policy was kept",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "invalid_policy",
+                "problems": [{"path": p, "message": m} for p, m in problems],
+            }
+        }
+        return Response(orjson.dumps(body), status_code=422, media_type=JSON)
+    return Response(orjson.dumps({"status": "reloaded"}), media_type=JSON)

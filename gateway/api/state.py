@@ -1,0 +1,75 @@
+"""The application state built in the lifespan: settings, pipeline, keys, reload."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+
+from gateway.api.auth import authenticate
+from gateway.config.loader import PolicyError, load_policy
+from gateway.config.settings import Settings
+from gateway.core.types import RequestContext
+from gateway.ledger.store import SQLiteLedger
+from gateway.limits.keys import KeyCache
+from gateway.pipeline import Pipeline
+from gateway.runtime import build_runtime, close_later
+from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.redaction import Redactor, install
+
+log = logging.getLogger("switchyard")
+
+RETIRE_GRACE_S = 120.0
+
+
+@dataclass(slots=True)
+class AppState:
+    settings: Settings
+    pipeline: Pipeline
+    keys: KeyCache
+    ledger: SQLiteLedger
+    metrics: Metrics
+    reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def context(self, request: Request) -> RequestContext:
+        """Authenticate and stamp the request (id, arrival time)."""
+        started = time.perf_counter()
+        request_id = "req_" + uuid.uuid4().hex
+        request.state.request_id = request_id
+        principal = authenticate(request.headers, self.pipeline.runtime.policy, self.keys)
+        ctx = RequestContext(request_id, principal, started, time.time())
+        cc = request.headers.get("cache-control")
+        if cc and ("no-cache" in cc or "no-store" in cc):
+            ctx.cache_control_no_cache = True
+        return ctx
+
+    def redact_with_current_secrets(self) -> None:
+        admin = self.settings.admin_key.get() if self.settings.admin_key else ""
+        install(Redactor((*self.pipeline.runtime.secrets, admin)))
+
+    async def reload(self) -> list[tuple[str, str]]:
+        """Load the policy file again. On any problem keep the running policy and return the
+        problems; an empty list means the new policy is live."""
+        async with self.reload_lock:
+            try:
+                policy = await asyncio.to_thread(load_policy, self.settings.policy_path)
+                runtime, retired = build_runtime(policy, self.pipeline.runtime, self.settings.redis_url)
+            except PolicyError as exc:
+                self.metrics.policy_reloads.labels("error").inc()
+                log.warning("policy reload rejected, keeping the running policy:\n%s", exc.render())
+                return exc.problems
+            self.pipeline.runtime = runtime
+            self.pipeline.breakers.configure(policy.breaker.failure_threshold, policy.breaker.open_seconds)
+            self.redact_with_current_secrets()
+            self.metrics.policy_reloads.labels("ok").inc()
+            log.info("policy reloaded from %s", self.settings.policy_path)
+            if retired:
+                task = asyncio.get_running_loop().create_task(close_later(retired, RETIRE_GRACE_S))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+            return []

@@ -1,0 +1,130 @@
+"""Exact-match response cache: an in-process LRU bounded in bytes, or Redis.
+
+Values are opaque bytes (the serialised response). A Redis problem never fails a request:
+it degrades to a miss, is counted, and Redis is skipped for a short cool-down."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from typing import Protocol
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+
+class ExactCache(Protocol):
+    backend: str
+
+    async def get(self, key: str) -> bytes | None: ...
+
+    async def set(self, key: str, value: bytes, ttl: float) -> None: ...
+
+    async def ping(self) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryCache:
+    """LRU over (expiry, bytes); evicts least recently used entries past ``max_bytes``."""
+
+    backend = "memory"
+
+    def __init__(self, max_bytes: int, max_entry_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._max_entry = max_entry_bytes
+        self._data: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._bytes = 0
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    async def get(self, key: str) -> bytes | None:
+        item = self._data.get(key)
+        if item is None:
+            return None
+        expires, value = item
+        if expires < time.monotonic():
+            self._drop(key)
+            return None
+        self._data.move_to_end(key)
+        return value
+
+    async def set(self, key: str, value: bytes, ttl: float) -> None:
+        cost = len(value) + len(key) + 64
+        if cost > self._max_entry:
+            return
+        if key in self._data:
+            self._drop(key)
+        self._data[key] = (time.monotonic() + ttl, value)
+        self._bytes += cost
+        while self._bytes > self._max_bytes and self._data:
+            self._drop(next(iter(self._data)))
+
+    def _drop(self, key: str) -> None:
+        _, value = self._data.pop(key)
+        self._bytes -= len(value) + len(key) + 64
+
+    async def ping(self) -> bool:
+        return True
+
+    async def aclose(self) -> None:
+        self._data.clear()
+        self._bytes = 0
+
+
+class RedisCache:
+    backend = "redis"
+    PREFIX = "switchyard:exact:"
+
+    def __init__(self, url: str, timeout: float, max_entry_bytes: int, cooldown: float = 1.0) -> None:
+        self._client = aioredis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=0
+        )
+        self._timeout = timeout
+        self._max_entry = max_entry_bytes
+        self._cooldown = cooldown
+        self._down_until = 0.0
+        self.errors = 0
+
+    def _available(self) -> bool:
+        return time.monotonic() >= self._down_until
+
+    def _failed(self) -> None:
+        self.errors += 1
+        self._down_until = time.monotonic() + self._cooldown
+
+    async def get(self, key: str) -> bytes | None:
+        if not self._available():
+            return None
+        try:
+            async with asyncio.timeout(self._timeout):
+                value = await self._client.get(self.PREFIX + key)
+        except (RedisError, OSError, TimeoutError):
+            self._failed()
+            return None
+        return value if isinstance(value, bytes) else None
+
+    async def set(self, key: str, value: bytes, ttl: float) -> None:
+        if len(value) > self._max_entry or not self._available():
+            return
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._client.set(self.PREFIX + key, value, px=max(1, int(ttl * 1000)))
+        except (RedisError, OSError, TimeoutError):
+            self._failed()
+
+    async def ping(self) -> bool:
+        try:
+            async with asyncio.timeout(max(self._timeout, 0.5)):
+                return bool(await self._client.ping())
+        except (RedisError, OSError, TimeoutError):
+            return False
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,122 @@
+"""`switchyard serve | policy check | keys ... | spend`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from gateway import __version__, cli_admin
+from gateway.config.loader import PolicyError, load_policy
+from gateway.config.settings import Settings
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if args.policy:
+        os.environ["SWITCHYARD_POLICY"] = str(Path(args.policy).resolve())
+    settings = Settings.from_env()
+    try:
+        load_policy(settings.policy_path)
+    except PolicyError as exc:
+        print(exc.render(), file=sys.stderr)
+        return 2
+    if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Workers are separate processes: their metrics are merged through files.
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="switchyard-metrics-")
+    import uvicorn
+
+    uvicorn.run(
+        "gateway.api.app:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=args.graceful_timeout,
+        server_header=False,
+    )
+    return 0
+
+
+def cmd_policy_check(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    try:
+        policy = load_policy(path)
+    except PolicyError as exc:
+        if args.json:
+            problems = [{"path": p, "message": m} for p, m in exc.problems]
+            print(json.dumps({"ok": False, "file": str(path), "problems": problems}))
+        else:
+            print(exc.render(), file=sys.stderr)
+        return 1
+    unconfigured = sorted(n for n, p in policy.providers.items() if not p.configured)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "ok": True,
+                    "file": str(path),
+                    "routes": sorted(policy.routes),
+                    "models": sorted(policy.models),
+                    "providers_without_key": unconfigured,
+                }
+            )
+        )
+    else:
+        print(f"{path}: ok ({len(policy.routes)} routes, {len(policy.models)} models, {len(policy.providers)} providers)")
+        if unconfigured:
+            print(f"  note: providers without an API key (skipped when routing): {', '.join(unconfigured)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="switchyard", description="Cost-aware LLM gateway")
+    parser.add_argument("--version", action="version", version=f"switchyard {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the gateway (OpenAI-compatible HTTP server)")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    serve.add_argument("--policy", default=None, help="policy YAML (default: $SWITCHYARD_POLICY or policies/default.yaml)")
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (one per core)")
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument("--graceful-timeout", type=float, default=30.0, help="seconds to drain on SIGTERM")
+    serve.set_defaults(func=cmd_serve)
+
+    policy = sub.add_parser("policy", help="policy tools")
+    psub = policy.add_subparsers(dest="policy_command", metavar="{check}")
+    check = psub.add_parser("check", help="validate a policy file; print every error with its YAML path")
+    check.add_argument("file")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    check.set_defaults(func=cmd_policy_check)
+    policy.set_defaults(func=lambda _a: (policy.print_help(), 2)[1])
+
+    cli_admin.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    result: int = func(args)
+    return result
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,108 @@
+"""Load a policy file: YAML -> ${ENV} substitution -> schema -> cross-references.
+
+Every problem is reported with its YAML path, all at once, so `switchyard policy check` can
+print them together. Secrets substituted from the environment never appear in messages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from gateway.config.policy import Policy
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
+
+
+class PolicyError(Exception):
+    """A policy that cannot be used; ``problems`` lists (yaml path, message)."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        lines = [f"{self.source}: {len(self.problems)} problem(s)"]
+        lines += [f"  {path}: {msg}" if path else f"  {msg}" for path, msg in self.problems]
+        return "\n".join(lines)
+
+
+def yaml_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _substitute(node: Any, env: Mapping[str, str], path: tuple[int | str, ...], missing: list[tuple[str, str]]) -> Any:
+    if isinstance(node, dict):
+        return {k: _substitute(v, env, (*path, str(k)), missing) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_substitute(v, env, (*path, i), missing) for i, v in enumerate(node)]
+    if not isinstance(node, str) or "${" not in node:
+        return node
+
+    def repl(m: re.Match[str]) -> str:
+        name, has_default, default = m.group(1), m.group(2), m.group(3)
+        value = env.get(name)
+        if value is None or (value == "" and has_default):
+            if has_default is not None:
+                return default or ""
+            missing.append((yaml_path(path), f"environment variable {name} is not set"))
+            return ""
+        return value
+
+    return _ENV_REF.sub(repl, node)
+
+
+def parse_policy(text: str, source: str = "<policy>", env: Mapping[str, str] | None = None) -> Policy:
+    env = os.environ if env is None else env
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PolicyError(source, [("", f"invalid YAML: {where}{problem}")]) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise PolicyError(source, [("", "the policy must be a YAML mapping")])
+    missing: list[tuple[str, str]] = []
+    data = _substitute(raw, env, (), missing)
+    if missing:
+        raise PolicyError(source, missing)
+    try:
+        policy = Policy.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False, include_input=False):
+            msg = err["msg"]
+            if err["type"] == "extra_forbidden":
+                msg = "unknown field"
+            problems.append((yaml_path(tuple(err["loc"])), msg))
+        raise PolicyError(source, problems) from None
+    problems = policy.cross_reference_errors()
+    if problems:
+        raise PolicyError(source, problems)
+    return policy
+
+
+def load_policy(path: Path, env: Mapping[str, str] | None = None) -> Policy:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(str(path), [("", f"cannot read policy file: {exc.strerror or exc}")]) from None
+    except UnicodeDecodeError:
+        raise PolicyError(str(path), [("", "policy file is not valid UTF-8")]) from None
+    return parse_policy(text, str(path), env)

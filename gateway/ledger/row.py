@@ -1,0 +1,43 @@
+"""One ledger row: everything the dollar ledger keeps about one request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Final
+
+ENDPOINTS: Final = frozenset({"chat", "completions", "embeddings"})
+CACHE_STATUSES: Final = frozenset({"miss", "hit", "bypass", "off"})
+STATUSES: Final = frozenset({"ok", "error", "client_disconnected", "stream_broken"})
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """A request as the ledger records it. Token counts of None mean "unknown" (never 0);
+    money is exact ``Decimal`` USD (None when it could not be priced)."""
+
+    request_id: str
+    ts: float  # unix seconds (wall clock) at arrival
+    tenant: str
+    key_id: str | None  # short non-secret key id, never the key
+    route: str | None
+    requested_model: str  # what the client sent as ``model``
+    served_model: str | None  # catalog model that answered (None: nothing answered)
+    provider: str | None
+    endpoint: str  # "chat" | "completions" | "embeddings"
+    stream: bool
+    cache_status: str  # "miss" | "hit" | "bypass" | "off"
+    input_tokens: int | None
+    cached_tokens: int | None
+    cache_write_tokens: int | None
+    output_tokens: int | None
+    usage_estimated: bool  # counts come from a local tokenizer, not the upstream
+    cost_usd: Decimal | None
+    baseline_cost_usd: Decimal | None  # what the route's reference model would have cost
+    latency_ms: float
+    ttft_ms: float | None
+    status: str  # "ok" | "error" | "client_disconnected" | "stream_broken"
+    http_status: int
+    error_code: str | None
+    attempts: int
+    classifier_score: float | None

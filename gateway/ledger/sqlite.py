@@ -1,0 +1,210 @@
+"""The ledger's SQLite layer: URL parsing, connection settings, schema migrations and the
+mapping between ``LedgerRow`` and table rows. Used by the writer (``store``) and by reports."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import fields
+from decimal import Decimal
+from pathlib import Path
+from typing import Final, TypeVar
+
+from gateway.ledger.row import LedgerRow
+
+SCHEMA_VERSION: Final = 1
+BUSY_TIMEOUT_MS: Final = 5000
+TABLE: Final = "ledger"
+COLUMNS: Final[tuple[str, ...]] = tuple(f.name for f in fields(LedgerRow))
+
+_MIGRATION_1: Final = (
+    f"""CREATE TABLE IF NOT EXISTS {TABLE} (
+        id INTEGER PRIMARY KEY,
+        request_id TEXT NOT NULL,
+        ts REAL NOT NULL,
+        tenant TEXT NOT NULL,
+        key_id TEXT,
+        route TEXT,
+        requested_model TEXT NOT NULL,
+        served_model TEXT,
+        provider TEXT,
+        endpoint TEXT NOT NULL,
+        stream INTEGER NOT NULL,
+        cache_status TEXT NOT NULL,
+        input_tokens INTEGER,
+        cached_tokens INTEGER,
+        cache_write_tokens INTEGER,
+        output_tokens INTEGER,
+        usage_estimated INTEGER NOT NULL,
+        cost_usd TEXT,
+        baseline_cost_usd TEXT,
+        latency_ms REAL NOT NULL,
+        ttft_ms REAL,
+        status TEXT NOT NULL,
+        http_status INTEGER NOT NULL,
+        error_code TEXT,
+        attempts INTEGER NOT NULL,
+        classifier_score REAL
+    )""",
+    f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_ts ON {TABLE} (ts)",
+    f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_tenant_ts ON {TABLE} (tenant, ts)",
+    f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_served_model_ts ON {TABLE} (served_model, ts)",
+)
+MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {1: _MIGRATION_1}
+
+INSERT_SQL: Final = f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
+
+Param = str | int | float | None
+T = TypeVar("T")
+
+
+def ledger_path(url: str | Path) -> Path:
+    """The SQLite file named by ``url``: ``sqlite:///abs/path``, ``sqlite:///rel`` or a plain
+    path. ``postgresql://`` is refused with a clear message (not implemented yet)."""
+    if isinstance(url, Path):
+        return url
+    text = url.strip()
+    if text.startswith(("postgresql:", "postgres:", "postgresql+")):
+        raise ValueError(
+            "PostgreSQL ledger is not available yet: it arrives with the ledger issue; "
+            "use sqlite:///<path> (the default) for now"
+        )
+    if text.startswith("sqlite:"):
+        rest = text[len("sqlite:") :]
+        if not rest.startswith("///"):
+            raise ValueError(f"bad SQLite ledger URL {url!r}: expected sqlite:///<path>")
+        rest = rest[3:]
+        if not rest or rest == ":memory:":
+            raise ValueError(f"bad SQLite ledger URL {url!r}: a file path is required")
+        # As in SQLAlchemy: everything after "sqlite:///" is the path, so an absolute path
+        # gives four slashes (what Settings writes: f"sqlite:///{home / 'ledger.db'}").
+        return Path(rest).expanduser()
+    if "://" in text:
+        raise ValueError(f"unsupported ledger URL {url!r}: use sqlite:///<path>")
+    if not text:
+        raise ValueError("empty ledger URL")
+    return Path(text).expanduser()
+
+
+def is_locked_error(exc: BaseException) -> bool:
+    """True for SQLite's transient "database is locked"/"busy" errors."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    msg = str(exc).lower()
+    return "locked" in msg or "busy" in msg
+
+
+def with_lock_retry(fn: Callable[[], T], *, attempts: int = 20, delay: float = 0.05) -> T:
+    """Run ``fn``, retrying with backoff while SQLite says the database is locked."""
+    for i in range(attempts - 1):
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if not is_locked_error(exc):
+                raise
+            time.sleep(min(1.0, delay * (1.5**i)))
+    return fn()
+
+
+def connect(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
+    """Open ``path`` in autocommit mode (explicit transactions) with WAL settings."""
+    conn = sqlite3.connect(
+        str(path),
+        timeout=BUSY_TIMEOUT_MS / 1000,
+        isolation_level=None,
+        check_same_thread=check_same_thread,
+    )
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        with_lock_retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+        conn.execute("PRAGMA synchronous = NORMAL")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the schema up to ``SCHEMA_VERSION``; safe when several processes race."""
+
+    def run() -> int:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+            )
+            row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+            current = int(row[0]) if row and row[0] is not None else 0
+            for version in sorted(v for v in MIGRATIONS if v > current):
+                for stmt in MIGRATIONS[version]:
+                    conn.execute(stmt)
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+                    (version, time.time()),
+                )
+                current = version
+            conn.execute("COMMIT")
+            return current
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    return with_lock_retry(run)
+
+
+def _money(value: Decimal | None) -> str | None:
+    return None if value is None else f"{value:f}"  # fixed point, exact: "0.0000270000"
+
+
+def row_params(row: LedgerRow) -> tuple[Param, ...]:
+    """The INSERT parameters for ``row``, in ``COLUMNS`` order."""
+    return (
+        row.request_id,
+        row.ts,
+        row.tenant,
+        row.key_id,
+        row.route,
+        row.requested_model,
+        row.served_model,
+        row.provider,
+        row.endpoint,
+        int(row.stream),
+        row.cache_status,
+        row.input_tokens,
+        row.cached_tokens,
+        row.cache_write_tokens,
+        row.output_tokens,
+        int(row.usage_estimated),
+        _money(row.cost_usd),
+        _money(row.baseline_cost_usd),
+        row.latency_ms,
+        row.ttft_ms,
+        row.status,
+        row.http_status,
+        row.error_code,
+        row.attempts,
+        row.classifier_score,
+    )
+
+
+def row_from_db(values: Iterable[object]) -> LedgerRow:
+    """Rebuild a ``LedgerRow`` from a ``SELECT <COLUMNS>`` result row."""
+    d = dict(zip(COLUMNS, values, strict=True))
+    for name in ("cost_usd", "baseline_cost_usd"):
+        raw = d[name]
+        d[name] = None if raw is None else Decimal(str(raw))
+    d["stream"] = bool(d["stream"])
+    d["usage_estimated"] = bool(d["usage_estimated"])
+    return LedgerRow(**d)  # type: ignore[arg-type]
+
+
+def read_rows(conn: sqlite3.Connection, *, since: float | None = None) -> list[LedgerRow]:
+    """Every ledger row (optionally with ``ts >= since``) in insertion order."""
+    sql = f"SELECT {', '.join(COLUMNS)} FROM {TABLE}"
+    params: tuple[float, ...] = ()
+    if since is not None:
+        sql += " WHERE ts >= ?"
+        params = (since,)
+    return [row_from_db(r) for r in conn.execute(sql + " ORDER BY id", params)]

@@ -1,0 +1,236 @@
+"""Virtual API keys, stored only as SHA-256 hashes, plus a small in-memory lookup cache.
+
+A key looks like ``sk-sy-<43 url-safe chars>``. The database keeps its SHA-256 hex digest and
+a short non-secret ``key_id`` (the first 12 hex chars of that digest) used in logs, the
+ledger and the CLI. The key itself is shown once, at creation, and never stored.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import hmac
+import re
+import secrets
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, TypeVar
+
+KEY_PREFIX: Final = "sk-sy-"
+KEY_ID_LEN: Final = 12
+TENANT_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NAME_MAX: Final = 200
+KEY_MAX_LEN: Final = 256  # longer strings are not keys; don't spend time hashing them
+V = TypeVar("V")
+_BUSY_TIMEOUT_MS: Final = 5000
+_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS api_keys (
+        key_id TEXT PRIMARY KEY,
+        key_hash TEXT NOT NULL UNIQUE,
+        tenant TEXT NOT NULL,
+        name TEXT,
+        created_at REAL NOT NULL,
+        revoked_at REAL
+    )""",
+    "CREATE INDEX IF NOT EXISTS ix_api_keys_tenant ON api_keys (tenant)",
+)
+
+
+def validate_tenant(tenant: str) -> str:
+    """Return ``tenant`` if it is a valid tenant name, else raise ValueError."""
+    if not isinstance(tenant, str) or TENANT_RE.fullmatch(tenant) is None:
+        raise ValueError(
+            f"invalid tenant name {tenant!r}: 1-64 characters from A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit"
+        )
+    return tenant
+
+
+def hash_key(key: str) -> str:
+    """SHA-256 hex digest of ``key`` (what the database stores)."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """What is known about a key; never the key itself nor its full hash."""
+
+    key_id: str
+    tenant: str
+    name: str | None
+    created_at: float  # unix seconds
+    revoked_at: float | None = None
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+
+def _plausible(key: object) -> bool:
+    return isinstance(key, str) and key.startswith(KEY_PREFIX) and len(key) <= KEY_MAX_LEN
+
+
+class KeyStore:
+    """Keys in a SQLite file (schema created on first use). Each call opens a short-lived
+    connection, so one store may be used from several threads and several processes may
+    share the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._schema_ready = False
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            if not self._schema_ready:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("BEGIN IMMEDIATE")
+                for stmt in _SCHEMA:
+                    conn.execute(stmt)
+                conn.execute("COMMIT")
+                self._schema_ready = True
+            yield conn
+        finally:
+            conn.close()
+
+    def create(self, tenant: str, name: str | None = None) -> tuple[str, KeyRecord]:
+        """Make a new key for ``tenant``. Returns the key (shown once) and its record."""
+        validate_tenant(tenant)
+        if name is not None and (len(name) > NAME_MAX or not name.isprintable()):
+            raise ValueError(f"invalid key name: at most {NAME_MAX} printable characters")
+        with self._connect() as conn:
+            for _ in range(5):
+                key = KEY_PREFIX + secrets.token_urlsafe(32)
+                digest = hash_key(key)
+                record = KeyRecord(digest[:KEY_ID_LEN], tenant, name, time.time())
+                try:
+                    conn.execute(
+                        "INSERT INTO api_keys (key_id, key_hash, tenant, name, created_at) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        (record.key_id, digest, tenant, name, record.created_at),
+                    )
+                except sqlite3.IntegrityError:  # key_id collision (48 bits): draw again
+                    continue
+                return key, record
+        raise RuntimeError("could not allocate a unique key id")  # pragma: no cover
+
+    def lookup(self, key: str) -> KeyRecord | None:
+        """The active record for ``key``; None if unknown, malformed or revoked."""
+        if not _plausible(key):
+            return None
+        return self.lookup_hash(hash_key(key))
+
+    def lookup_hash(self, digest: str) -> KeyRecord | None:
+        """Like ``lookup`` for a key already hashed with ``hash_key``."""
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT key_id, key_hash, tenant, name, created_at, revoked_at "
+                "FROM api_keys WHERE key_id = ?",
+                (digest[:KEY_ID_LEN],),
+            ).fetchone()
+        if row is None or not hmac.compare_digest(str(row[1]), digest):
+            return None
+        if row[5] is not None:
+            return None
+        return KeyRecord(str(row[0]), str(row[2]), row[3], float(row[4]), None)
+
+    def list(self, include_revoked: bool = False) -> builtins.list[KeyRecord]:
+        """Every key (active ones only unless ``include_revoked``), oldest first."""
+        sql = "SELECT key_id, tenant, name, created_at, revoked_at FROM api_keys"
+        if not include_revoked:
+            sql += " WHERE revoked_at IS NULL"
+        with self._connect() as conn:
+            rows = conn.execute(sql + " ORDER BY created_at, key_id").fetchall()
+        return [
+            KeyRecord(str(r[0]), str(r[1]), r[2], float(r[3]), None if r[4] is None else float(r[4]))
+            for r in rows
+        ]
+
+    def revoke(self, key_id: str) -> bool:
+        """Revoke the key ``key_id``. False if there is no such active key."""
+        with self._connect() as conn:
+            cur = conn.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
+                (time.time(), key_id),
+            )
+            return cur.rowcount == 1
+
+
+class KeyCache:
+    """Serves repeated key lookups from memory.
+
+    Positive entries live ``ttl`` seconds, so a revocation (possibly by another process)
+    takes effect within ``ttl``. Unknown keys are remembered for ``negative_ttl`` seconds in a
+    bounded LRU (``max_negative`` entries), so a flood of random keys costs at most one
+    database read each and cannot grow memory without bound. Entries are keyed by the key's
+    hash; the key itself is not kept.
+    """
+
+    def __init__(
+        self,
+        store: KeyStore,
+        ttl: float = 5.0,
+        negative_ttl: float = 1.0,
+        *,
+        max_entries: int = 100_000,
+        max_negative: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.ttl = ttl
+        self.negative_ttl = negative_ttl
+        self.max_entries = max_entries
+        self.max_negative = max_negative
+        self._clock = clock
+        self._hits: OrderedDict[str, tuple[float, KeyRecord]] = OrderedDict()
+        self._misses: OrderedDict[str, float] = OrderedDict()
+        self._lock = threading.Lock()  # guards evictions; reads are single dict operations
+
+    def lookup(self, key: str) -> KeyRecord | None:
+        """The active record for ``key`` (from memory when fresh), or None."""
+        if not _plausible(key):
+            return None
+        digest = hash_key(key)
+        now = self._clock()
+        hit = self._hits.get(digest)
+        if hit is not None:
+            if hit[0] > now:
+                return hit[1]
+            self._hits.pop(digest, None)
+        miss = self._misses.get(digest)
+        if miss is not None:
+            if miss > now:
+                return None
+            self._misses.pop(digest, None)
+        record = self.store.lookup_hash(digest)
+        if record is None:
+            self._remember(self._misses, digest, now + self.negative_ttl, self.max_negative)
+        else:
+            self._remember(self._hits, digest, (now + self.ttl, record), self.max_entries)
+        return record
+
+    def _remember(self, cache: OrderedDict[str, V], digest: str, value: V, limit: int) -> None:
+        with self._lock:
+            cache[digest] = value
+            cache.move_to_end(digest)
+            while len(cache) > limit:
+                cache.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget everything (e.g. right after a revocation in this process)."""
+        with self._lock:
+            self._hits.clear()
+            self._misses.clear()
+
+    def sizes(self) -> tuple[int, int]:
+        """(positive entries, negative entries) currently held."""
+        return len(self._hits), len(self._misses)

@@ -1,0 +1,254 @@
+"""Anthropic's Messages API (``POST /v1/messages``), spoken for OpenAI-shaped requests.
+
+The wire translation lives in ``anthropic_wire`` (requests, complete responses) and
+``anthropic_stream`` (SSE events -> chunks); this module only does HTTP: headers, timeouts,
+SSE framing and the mapping of failures to the error tree (through ``providers.http``).
+Neither the API key nor the request's content ever appears in an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from gateway.core.errors import StreamBrokenError, SwitchyardError, UpstreamError
+from gateway.core.types import ChatResult, RawResult, Target, Usage
+from gateway.providers import http
+from gateway.providers.anthropic_stream import StreamTranslator
+from gateway.providers.anthropic_wire import (
+    MalformedResponseError,
+    from_anthropic_response,
+    to_anthropic_request,
+)
+
+MAX_BODY_BYTES = 32 * 1024 * 1024  # a complete response larger than this is not an answer
+MAX_EVENT_BYTES = 8 * 1024 * 1024  # one SSE event larger than this is a broken stream
+_NO_CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None)
+_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+
+class AnthropicProvider:
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        api_key: str | None,
+        headers: Mapping[str, str] | None = None,
+        anthropic_version: str = "2023-06-01",
+    ) -> None:
+        self.name = name
+        self._url = base_url.rstrip("/") + "/v1/messages"
+        self._headers = {
+            **dict(headers or {}),
+            "anthropic-version": anthropic_version,
+            "content-type": "application/json",
+        }
+        if api_key:
+            self._headers["x-api-key"] = api_key
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:
+        return f"AnthropicProvider(name={self.name!r}, url={self._url!r})"
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = http.new_session()
+        return self._session
+
+    def _headers_for(self, stream: bool) -> dict[str, str]:
+        return {**self._headers, "accept": "text/event-stream" if stream else "application/json"}
+
+    async def chat(self, body: dict[str, Any], target: Target, timeout: float) -> ChatResult:
+        payload = orjson.dumps(to_anthropic_request(body, target.upstream_model, stream=False))
+        session = self._get_session()
+        try:
+            async with (
+                asyncio.timeout(timeout),
+                session.post(
+                    self._url, data=payload, headers=self._headers_for(False), timeout=_NO_CLIENT_TIMEOUT
+                ) as resp,
+            ):
+                raw = await _read_limited(resp, MAX_BODY_BYTES)
+                if resp.status != 200:
+                    raise http.status_error(self.name, resp.status, resp.headers, raw or b"")
+                ctype = resp.headers.get("content-type", "")
+        except SwitchyardError:
+            raise
+        except _TRANSPORT_ERRORS as exc:
+            raise http.transport_error(self.name, exc) from None
+        if raw is None:
+            raise http.bad_response(self.name, f"body larger than {MAX_BODY_BYTES} bytes")
+        if "json" not in ctype:
+            raise http.bad_response(self.name, f"content-type {ctype or 'missing'}")
+        try:
+            return from_anthropic_response(orjson.loads(raw), target.upstream_model)
+        except orjson.JSONDecodeError:
+            raise http.bad_response(self.name, "body is not JSON") from None
+        except MalformedResponseError as exc:
+            raise http.bad_response(self.name, str(exc)) from None
+
+    async def chat_stream(
+        self, body: dict[str, Any], target: Target, timeout: float, idle_timeout: float
+    ) -> AnthropicStream:
+        payload = orjson.dumps(to_anthropic_request(body, target.upstream_model, stream=True))
+        session = self._get_session()
+        resp: aiohttp.ClientResponse | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                resp = await session.post(
+                    self._url, data=payload, headers=self._headers_for(True), timeout=_NO_CLIENT_TIMEOUT
+                )
+                if resp.status != 200:
+                    raw = await _read_limited(resp, 64 * 1024)
+                    raise http.status_error(self.name, resp.status, resp.headers, raw or b"")
+            ctype = resp.headers.get("content-type", "")
+            if "text/event-stream" not in ctype:
+                raise http.bad_response(self.name, f"stream content-type {ctype or 'missing'}")
+        except BaseException as exc:
+            if resp is not None:
+                resp.close()
+            if isinstance(exc, _TRANSPORT_ERRORS):
+                raise http.transport_error(self.name, exc) from None
+            raise
+        translator = StreamTranslator(target.upstream_model, provider=self.name)
+        return AnthropicStream(self.name, resp, translator, idle_timeout)
+
+    async def completions(self, body: dict[str, Any], target: Target, timeout: float) -> RawResult:
+        raise UpstreamError(
+            f"upstream '{self.name}' (Anthropic) has no legacy completions endpoint",
+            retryable=False,
+            code="unsupported",
+        )
+
+    async def embeddings(self, body: dict[str, Any], target: Target, timeout: float) -> RawResult:
+        raise UpstreamError(
+            f"upstream '{self.name}' (Anthropic) has no embeddings endpoint",
+            retryable=False,
+            code="unsupported",
+        )
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    """The whole body, or None once it grows past ``limit`` bytes."""
+    if resp.content_length is not None and resp.content_length > limit:
+        return None
+    parts: list[bytes] = []
+    size = 0
+    async for piece in resp.content.iter_chunked(64 * 1024):
+        size += len(piece)
+        if size > limit:
+            return None
+        parts.append(piece)
+    return b"".join(parts)
+
+
+class AnthropicStream:
+    """An accepted Anthropic SSE stream, translated into OpenAI chunk dicts."""
+
+    def __init__(
+        self, provider: str, resp: aiohttp.ClientResponse, translator: StreamTranslator, idle_timeout: float
+    ) -> None:
+        self._provider = provider
+        self._resp = resp
+        self._translator = translator
+        self._idle = idle_timeout
+        self._gen: AsyncGenerator[dict[str, Any], None] | None = None
+        self.usage: Usage | None = None
+
+    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        if self._gen is None:
+            self._gen = self._iterate()
+        return self._gen
+
+    def _broken(self, what: str) -> StreamBrokenError:
+        return StreamBrokenError(f"upstream '{self._provider}' stream {what}")
+
+    async def _read(self) -> bytes:
+        try:
+            async with asyncio.timeout(self._idle):
+                return await self._resp.content.readany()
+        except TimeoutError:
+            raise self._broken(f"stalled for more than {self._idle:g}s") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise self._broken(f"broke ({type(exc).__name__})") from None
+
+    async def _events(self) -> AsyncGenerator[tuple[str, bytes], None]:
+        """SSE framing: ``event:``/``data:`` fields, a blank line ends an event; lines end in
+        LF or CRLF; comments and other fields are skipped; an event may span several reads."""
+        buffer = b""
+        event, data = "", bytearray()
+        has_data = False
+        while True:
+            piece = await self._read()
+            if not piece:
+                return
+            buffer += piece
+            if b"\n" not in piece:
+                if len(buffer) > MAX_EVENT_BYTES:
+                    raise self._broken("sent an oversized event")
+                continue
+            *lines, buffer = buffer.split(b"\n")
+            if len(data) > MAX_EVENT_BYTES:
+                raise self._broken("sent an oversized event")
+            for raw_line in lines:
+                line = raw_line[:-1] if raw_line.endswith(b"\r") else raw_line
+                if not line:
+                    if has_data:
+                        yield event, bytes(data)
+                    event, data, has_data = "", bytearray(), False
+                    continue
+                field, _, value = line.partition(b":")
+                value = value[1:] if value.startswith(b" ") else value
+                if field == b"event":
+                    event = value.decode("utf-8", "replace")
+                elif field == b"data":
+                    if has_data:
+                        data += b"\n"
+                    data += value
+                    has_data = True
+
+    def _parse(self, data: bytes) -> dict[str, Any]:
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise self._broken("sent a malformed event")
+        return parsed
+
+    async def _iterate(self) -> AsyncGenerator[dict[str, Any], None]:
+        translator = self._translator
+        try:
+            async with contextlib.aclosing(self._events()) as events:
+                async for event, data in events:
+                    chunks = translator.feed(event, self._parse(data))
+                    self.usage = translator.usage
+                    for chunk in chunks:
+                        yield chunk
+                    if translator.finished:
+                        return
+            raise self._broken("ended before message_stop")
+        finally:
+            self.usage = translator.usage
+            if translator.finished:
+                self._resp.release()
+            else:
+                self._resp.close()
+
+    async def aclose(self) -> None:
+        gen = self._gen
+        if gen is not None:
+            # RuntimeError: another task is iterating right now; closing the response suffices.
+            with contextlib.suppress(RuntimeError):
+                await gen.aclose()
+        self._resp.close()

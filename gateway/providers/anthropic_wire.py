@@ -1,0 +1,411 @@
+"""OpenAI chat completions <-> Anthropic Messages (requests and complete responses). Pure
+functions, no I/O. Streaming lives in ``anthropic_stream``.
+
+Decisions worth knowing:
+- Fields that change the meaning of a request and that Anthropic cannot honour (``n`` > 1,
+  ``logprobs``/``top_logprobs``, ``logit_bias``, legacy ``functions``/``function_call``, audio
+  output) raise ``BadRequestError`` naming the field. Every other OpenAI-only field (seed,
+  penalties, store, metadata, stream_options, service_tier, prediction, ...) is dropped.
+- ``response_format`` of type ``json_object``/``json_schema`` becomes a trailing system text
+  block asking for JSON only (with the schema, when given). This is best effort: the output is
+  not validated and ``strict`` is not guaranteed.
+- System/developer messages anywhere in the conversation are hoisted into ``system``.
+- Response ids are the Anthropic message ids, unchanged (kept for correlation).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from gateway.core.errors import BadRequestError
+from gateway.core.types import ChatResult, Usage
+
+DEFAULT_MAX_TOKENS = 4096
+
+_FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+
+class MalformedResponseError(ValueError):
+    """The upstream's body does not look like an Anthropic message (the text is safe to show)."""
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _bad(message: str, param: str) -> BadRequestError:
+    return BadRequestError(f"{message} (not supported by Anthropic targets)", param=param)
+
+
+# ---------------------------------------------------------------- request: OpenAI -> Anthropic
+
+
+def to_anthropic_request(
+    body: dict[str, Any], upstream_model: str, *, stream: bool | None = None
+) -> dict[str, Any]:
+    """Translate an OpenAI chat request body into an Anthropic Messages request body.
+    ``stream`` overrides ``body["stream"]`` when given."""
+    _reject_unsupported(body)
+    system, messages = _convert_messages(body.get("messages"))
+    instruction = _response_format_instruction(body.get("response_format"))
+    if instruction:
+        system.append({"type": "text", "text": instruction})
+    out: dict[str, Any] = {"model": upstream_model, "max_tokens": _max_tokens(body), "messages": messages}
+    if system:
+        out["system"] = system
+    temperature = body.get("temperature")
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
+        out["temperature"] = min(max(float(temperature), 0.0), 1.0)
+    top_p = body.get("top_p")
+    if isinstance(top_p, (int, float)) and not isinstance(top_p, bool):
+        out["top_p"] = top_p
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        out["stop_sequences"] = [stop]
+    elif isinstance(stop, list) and stop:
+        out["stop_sequences"] = [s for s in stop if isinstance(s, str)]
+    user = body.get("user")
+    if isinstance(user, str) and user:
+        out["metadata"] = {"user_id": user}
+    tools = body.get("tools")
+    if tools:
+        out["tools"] = _tools(tools)
+        choice = _tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"))
+        if choice is not None:
+            out["tool_choice"] = choice
+    if body.get("stream") if stream is None else stream:
+        out["stream"] = True
+    return out
+
+
+def _reject_unsupported(body: dict[str, Any]) -> None:
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise _bad("n > 1 (several choices)", "n")
+    if body.get("logprobs"):
+        raise _bad("logprobs", "logprobs")
+    if body.get("top_logprobs"):
+        raise _bad("top_logprobs", "top_logprobs")
+    if body.get("logit_bias"):
+        raise _bad("logit_bias", "logit_bias")
+    for legacy in ("functions", "function_call"):
+        if body.get(legacy):
+            raise _bad(f"the legacy '{legacy}' field (use tools)", legacy)
+    modalities = body.get("modalities")
+    if body.get("audio") or (isinstance(modalities, list) and "audio" in modalities):
+        raise _bad("audio output", "modalities")
+
+
+def _max_tokens(body: dict[str, Any]) -> int:
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if value is None:
+            continue
+        if _int(value) is None or value < 1:
+            raise BadRequestError(f"'{key}' must be a positive integer", param=key)
+        return int(value)
+    return DEFAULT_MAX_TOKENS
+
+
+def _response_format_instruction(fmt: Any) -> str | None:
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return "Respond with a single valid JSON object only: no prose, no code fences."
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        text = "Respond with a single valid JSON value only: no prose, no code fences."
+        if schema is not None:
+            text += " It must conform to this JSON Schema:\n" + json.dumps(schema, sort_keys=True)
+        return text
+    raise BadRequestError("unsupported response_format type", param="response_format")
+
+
+def _convert_messages(messages: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    if not isinstance(messages, list) or not messages:
+        raise BadRequestError("'messages' must be a non-empty list", param="messages")
+    system: list[dict[str, Any]] = []
+    turns: list[dict[str, Any]] = []
+    for i, msg in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(msg, dict):
+            raise BadRequestError("each message must be an object", param=where)
+        role = msg.get("role")
+        if role in ("system", "developer"):
+            system.extend(_system_blocks(msg.get("content"), where))
+            continue
+        if role == "user":
+            anthropic_role, blocks = "user", _user_blocks(msg.get("content"), where)
+        elif role == "assistant":
+            anthropic_role, blocks = "assistant", _assistant_blocks(msg, where)
+        elif role == "tool":
+            anthropic_role, blocks = "user", [_tool_result(msg, where)]
+        else:
+            raise _bad("this message role", f"{where}.role")
+        if not blocks:
+            continue
+        if turns and turns[-1]["role"] == anthropic_role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": anthropic_role, "content": blocks})
+    if not turns:
+        raise BadRequestError("at least one user or assistant message is required", param="messages")
+    return system, turns
+
+
+def _text_block(part: dict[str, Any], where: str) -> dict[str, Any]:
+    text = part.get("text")
+    if not isinstance(text, str):
+        raise BadRequestError("text content parts need a string 'text'", param=f"{where}.text")
+    block: dict[str, Any] = {"type": "text", "text": text}
+    if "cache_control" in part:
+        block["cache_control"] = part["cache_control"]
+    return block
+
+
+def _parts(content: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
+    if not isinstance(content, list):
+        raise BadRequestError("content must be a string or a list of parts", param=f"{where}.content")
+    out: list[tuple[str, dict[str, Any]]] = []
+    for j, part in enumerate(content):
+        pwhere = f"{where}.content[{j}]"
+        if not isinstance(part, dict):
+            raise BadRequestError("each content part must be an object", param=pwhere)
+        out.append((pwhere, part))
+    return out
+
+
+def _system_blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    blocks = []
+    for pwhere, part in _parts(content, where):
+        if part.get("type") != "text":
+            raise _bad("non-text system content", f"{pwhere}.type")
+        blocks.append(_text_block(part, pwhere))
+    return [b for b in blocks if b["text"]]
+
+
+def _user_blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    blocks = []
+    for pwhere, part in _parts(content, where):
+        kind = part.get("type")
+        if kind == "text":
+            blocks.append(_text_block(part, pwhere))
+        elif kind == "image_url":
+            blocks.append(_image_block(part, pwhere))
+        else:
+            raise _bad("this content part type", f"{pwhere}.type")
+    return blocks
+
+
+def _image_block(part: dict[str, Any], where: str) -> dict[str, Any]:
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else image
+    if not isinstance(url, str):
+        raise BadRequestError("image_url needs a 'url'", param=f"{where}.image_url.url")
+    if url.startswith("data:"):
+        header, sep, data = url[5:].partition(",")
+        if not sep or not header.endswith(";base64"):
+            raise _bad("image data URLs that are not base64", f"{where}.image_url.url")
+        source: dict[str, Any] = {"type": "base64", "media_type": header[: -len(";base64")], "data": data}
+    elif url.startswith(("http://", "https://")):
+        source = {"type": "url", "url": url}
+    else:
+        raise _bad("image URLs other than data:, http: or https:", f"{where}.image_url.url")
+    block: dict[str, Any] = {"type": "image", "source": source}
+    if "cache_control" in part:
+        block["cache_control"] = part["cache_control"]
+    return block
+
+
+def _assistant_blocks(msg: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    content = msg.get("content")
+    blocks: list[dict[str, Any]] = []
+    if isinstance(content, str):
+        if content:
+            blocks.append({"type": "text", "text": content})
+    elif content is not None:
+        for pwhere, part in _parts(content, where):
+            if part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+                blocks.append({"type": "text", "text": part["refusal"]})
+            elif part.get("type") == "text":
+                blocks.append(_text_block(part, pwhere))
+            else:
+                raise _bad("this assistant content part type", f"{pwhere}.type")
+        blocks = [b for b in blocks if b["text"]]
+    calls = msg.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise BadRequestError("'tool_calls' must be a list", param=f"{where}.tool_calls")
+    for k, call in enumerate(calls):
+        blocks.append(_tool_use(call, f"{where}.tool_calls[{k}]"))
+    return blocks
+
+
+def _tool_use(call: Any, where: str) -> dict[str, Any]:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(call, dict) or call.get("type", "function") != "function" or not isinstance(fn, dict):
+        raise _bad("tool calls other than functions", where)
+    if not isinstance(call.get("id"), str) or not isinstance(fn.get("name"), str):
+        raise BadRequestError("tool calls need an 'id' and a 'function.name'", param=where)
+    arguments = fn.get("arguments") or "{}"
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else None
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise BadRequestError(
+            "tool call arguments must be a JSON object encoded as a string",
+            param=f"{where}.function.arguments",
+        )
+    return {"type": "tool_use", "id": call["id"], "name": fn["name"], "input": parsed}
+
+
+def _tool_result(msg: dict[str, Any], where: str) -> dict[str, Any]:
+    call_id = msg.get("tool_call_id")
+    if not isinstance(call_id, str):
+        raise BadRequestError("tool messages need a 'tool_call_id'", param=f"{where}.tool_call_id")
+    content = msg.get("content")
+    result: Any
+    if isinstance(content, str):
+        result = content
+    else:
+        result = []
+        for pwhere, part in _parts(content, where):
+            if part.get("type") != "text":
+                raise _bad("non-text tool results", f"{pwhere}.type")
+            result.append(_text_block(part, pwhere))
+    return {"type": "tool_result", "tool_use_id": call_id, "content": result}
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    if not isinstance(tools, list):
+        raise BadRequestError("'tools' must be a list", param="tools")
+    out = []
+    for k, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
+            raise _bad("tools other than functions", f"tools[{k}].type")
+        if not isinstance(fn.get("name"), str):
+            raise BadRequestError("tools need a 'function.name'", param=f"tools[{k}].function.name")
+        params = fn.get("parameters")
+        converted: dict[str, Any] = {
+            "name": fn["name"],
+            "input_schema": params if isinstance(params, dict) else {"type": "object", "properties": {}},
+        }
+        if isinstance(fn.get("description"), str):
+            converted["description"] = fn["description"]
+        if "cache_control" in tool:
+            converted["cache_control"] = tool["cache_control"]
+        out.append(converted)
+    return out
+
+
+def _tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
+    result: dict[str, Any] | None
+    if choice is None:
+        result = None
+    elif choice in ("auto", "none"):
+        result = {"type": choice}
+    elif choice == "required":
+        result = {"type": "any"}
+    elif (
+        isinstance(choice, dict)
+        and choice.get("type") == "function"
+        and isinstance(choice.get("function"), dict)
+        and isinstance(choice["function"].get("name"), str)
+    ):
+        result = {"type": "tool", "name": choice["function"]["name"]}
+    else:
+        raise BadRequestError("unsupported tool_choice", param="tool_choice")
+    if parallel is False:
+        if result is None:
+            result = {"type": "auto"}
+        if result["type"] != "none":
+            result["disable_parallel_tool_use"] = True
+    return result
+
+
+# ---------------------------------------------------------------- response: Anthropic -> OpenAI
+
+
+def usage_from_anthropic(raw: Any) -> Usage | None:
+    """Anthropic usage -> ``Usage`` (input includes cache reads and cache writes)."""
+    if not isinstance(raw, dict):
+        return None
+    inp = _int(raw.get("input_tokens"))
+    read = _int(raw.get("cache_read_input_tokens"))
+    write = _int(raw.get("cache_creation_input_tokens"))
+    return Usage(
+        input_tokens=None if inp is None else inp + (read or 0) + (write or 0),
+        output_tokens=_int(raw.get("output_tokens")),
+        cached_input_tokens=read,
+        cache_write_tokens=write,
+    )
+
+
+def finish_reason(stop_reason: Any) -> str:
+    return _FINISH_REASONS.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
+
+
+def from_anthropic_response(msg: Any, model: str, *, created: int | None = None) -> ChatResult:
+    """An Anthropic message -> an OpenAI ``chat.completion`` body with normalised usage.
+    Raises ``MalformedResponseError`` when the body is not an Anthropic message."""
+    if (
+        not isinstance(msg, dict)
+        or not isinstance(msg.get("id"), str)
+        or not isinstance(msg.get("content"), list)
+    ):
+        raise MalformedResponseError("not an Anthropic message object")
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in msg["content"]:
+        if not isinstance(block, dict):
+            raise MalformedResponseError("content block is not an object")
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif block.get("type") == "tool_use":
+            calls.append(
+                {
+                    "id": block.get("id"),
+                    "type": "function",
+                    "function": {"name": block.get("name"), "arguments": json.dumps(block.get("input", {}))},
+                }
+            )
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if calls:
+        message["tool_calls"] = calls
+    message["refusal"] = None
+    usage = usage_from_anthropic(msg.get("usage")) or Usage()
+    body = {
+        "id": msg["id"],
+        "object": "chat.completion",
+        "created": int(time.time()) if created is None else created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": finish_reason(msg.get("stop_reason")),
+            }
+        ],
+        "usage": usage.to_openai(),
+    }
+    return ChatResult(body=body, usage=usage)

@@ -1,0 +1,174 @@
+"""OpenAI and every OpenAI-compatible API (vLLM, Azure-style proxies, local servers).
+
+The request body goes through unchanged except ``model`` (set to the upstream id) and, for
+streams, ``stream_options.include_usage`` (always on, so every stream is metered)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from gateway.core.errors import StreamBrokenError, SwitchyardError, UpstreamError
+from gateway.core.types import ChatResult, RawResult, Target, Usage, usage_from_openai
+from gateway.providers import http
+
+
+class OpenAICompatProvider:
+    def __init__(
+        self, name: str, base_url: str, api_key: str | None, headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.name = name
+        self._base = base_url.rstrip("/")
+        self._headers = {"content-type": "application/json", **dict(headers or {})}
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatProvider(name={self.name!r}, base_url={self._base!r})"
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = http.new_session()
+        return self._session
+
+    async def _post_json(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        session = self._get_session()
+        data = orjson.dumps(body)
+        try:
+            async with (
+                asyncio.timeout(timeout),
+                session.post(self._base + path, data=data, headers=self._headers) as resp,
+            ):
+                raw = await resp.read()
+                if resp.status != 200:
+                    raise http.status_error(self.name, resp.status, resp.headers, raw)
+                ctype = resp.headers.get("content-type", "")
+        except SwitchyardError:
+            raise
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise http.transport_error(self.name, exc) from None
+        if "json" not in ctype:
+            raise http.bad_response(self.name, f"content-type {ctype or 'missing'}")
+        try:
+            parsed = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise http.bad_response(self.name, "body is not JSON") from None
+        if not isinstance(parsed, dict):
+            raise http.bad_response(self.name, "body is not a JSON object")
+        return parsed
+
+    async def chat(self, body: dict[str, Any], target: Target, timeout: float) -> ChatResult:
+        out = dict(body)
+        out["model"] = target.upstream_model
+        out.pop("stream_options", None)
+        out["stream"] = False
+        parsed = await self._post_json("/chat/completions", out, timeout)
+        if not isinstance(parsed.get("choices"), list):
+            raise http.bad_response(self.name, "no choices")
+        return ChatResult(body=parsed, usage=usage_from_openai(parsed.get("usage")) or Usage())
+
+    async def completions(self, body: dict[str, Any], target: Target, timeout: float) -> RawResult:
+        out = dict(body)
+        out["model"] = target.upstream_model
+        parsed = await self._post_json("/completions", out, timeout)
+        return RawResult(body=parsed, usage=usage_from_openai(parsed.get("usage")) or Usage())
+
+    async def embeddings(self, body: dict[str, Any], target: Target, timeout: float) -> RawResult:
+        out = dict(body)
+        out["model"] = target.upstream_model
+        parsed = await self._post_json("/embeddings", out, timeout)
+        if not isinstance(parsed.get("data"), list):
+            raise http.bad_response(self.name, "no data")
+        return RawResult(body=parsed, usage=usage_from_openai(parsed.get("usage")) or Usage())
+
+    async def chat_stream(
+        self, body: dict[str, Any], target: Target, timeout: float, idle_timeout: float
+    ) -> _OpenAIStream:
+        out = dict(body)
+        out["model"] = target.upstream_model
+        out["stream"] = True
+        opts = out.get("stream_options")
+        out["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
+        session = self._get_session()
+        try:
+            async with asyncio.timeout(timeout):
+                resp = await session.post(
+                    self._base + "/chat/completions",
+                    data=orjson.dumps(out),
+                    headers=self._headers,
+                    timeout=aiohttp.ClientTimeout(total=None, sock_read=idle_timeout),
+                )
+                if resp.status != 200:
+                    try:
+                        raw = await resp.read()
+                    finally:
+                        resp.release()
+                    raise http.status_error(self.name, resp.status, resp.headers, raw)
+        except SwitchyardError:
+            raise
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise http.transport_error(self.name, exc) from None
+        ctype = resp.headers.get("content-type", "")
+        if "text/event-stream" not in ctype:
+            resp.release()
+            raise http.bad_response(self.name, f"stream content-type {ctype or 'missing'}")
+        return _OpenAIStream(self.name, resp)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class _OpenAIStream:
+    """Server-sent events from an OpenAI-compatible upstream, parsed into chunk dicts."""
+
+    def __init__(self, provider: str, resp: aiohttp.ClientResponse) -> None:
+        self._provider = provider
+        self._resp = resp
+        self.usage: Usage | None = None
+
+    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[dict[str, Any]]:
+        content = self._resp.content
+        try:
+            while True:
+                try:
+                    line = await content.readline()
+                except (aiohttp.ClientError, OSError) as exc:
+                    raise StreamBrokenError(
+                        f"upstream '{self._provider}' stream broke: {type(exc).__name__}"
+                    ) from None
+                except TimeoutError:
+                    raise StreamBrokenError(f"upstream '{self._provider}' stream stalled") from None
+                if not line:
+                    raise StreamBrokenError(f"upstream '{self._provider}' stream ended without [DONE]")
+                if not line.startswith(b"data:"):
+                    continue  # blank separators, comments, event:/id: lines
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    return
+                try:
+                    chunk = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    raise StreamBrokenError(f"upstream '{self._provider}' sent a malformed event") from None
+                if not isinstance(chunk, dict):
+                    raise StreamBrokenError(f"upstream '{self._provider}' sent a malformed event")
+                if "error" in chunk and "choices" not in chunk:
+                    raise UpstreamError(f"upstream '{self._provider}' reported an error mid-stream")
+                usage = chunk.get("usage")
+                if usage:
+                    self.usage = usage_from_openai(usage)
+                yield chunk
+        finally:
+            self._resp.release()
+
+    async def aclose(self) -> None:
+        self._resp.close()

@@ -1,0 +1,93 @@
+"""Resolve what a client asked for (a route or a catalog model) into an ordered plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.config.policy import Policy, RoutePolicy
+from gateway.core.errors import BadRequestError, NotFoundError, PermissionDeniedError, ServiceUnavailableError
+from gateway.core.types import Price, Principal, Target
+
+_ENV_HINT = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePlan:
+    name: str  # the route name, or the model name when a catalog model is called directly
+    kind: str  # chat | completions | embeddings
+    targets: tuple[Target, ...]  # configured targets, in fallback order
+    unconfigured: tuple[str, ...]  # providers skipped because their key is not set
+    baseline: Target | None
+    policy: RoutePolicy
+    is_route: bool
+
+
+class Router:
+    def __init__(self, policy: Policy) -> None:
+        self._policy = policy
+        self._targets = {name: self._target(name) for name in policy.models}
+        self._plans: dict[str, RoutePlan] = {}
+        for name, route in policy.routes.items():
+            self._plans[name] = self._plan(name, [t.model for t in route.targets], route, route.baseline, True)
+        if policy.allow_direct_models:
+            for name in policy.models:
+                self._plans[name] = self._plan(name, [name], RoutePolicy(targets=[{"model": name}]), None, False)  # type: ignore[list-item]
+
+    def _target(self, name: str) -> Target:
+        m = self._policy.models[name]
+        p = m.price
+        return Target(
+            model=name,
+            provider=m.provider,
+            upstream_model=m.upstream or name,
+            price=Price(input=p.input, output=p.output, cached_input=p.cached_input, cache_write=p.cache_write),
+            context_window=m.context_window,
+        )
+
+    def _plan(self, name: str, models: list[str], route: RoutePolicy, baseline: str | None, is_route: bool) -> RoutePlan:
+        configured: list[Target] = []
+        skipped: list[str] = []
+        for model in models:
+            provider = self._policy.providers[self._policy.models[model].provider]
+            if provider.configured:
+                configured.append(self._targets[model])
+            else:
+                skipped.append(self._policy.models[model].provider)
+        return RoutePlan(
+            name=name,
+            kind=self._policy.models[models[0]].kind,
+            targets=tuple(configured),
+            unconfigured=tuple(dict.fromkeys(skipped)),
+            baseline=self._targets[baseline or models[0]],
+            policy=route,
+            is_route=is_route,
+        )
+
+    def plan(self, model: object, principal: Principal, kind: str) -> RoutePlan:
+        if not isinstance(model, str) or not model:
+            raise BadRequestError("'model' must be a non-empty string", param="model")
+        plan = self._plans.get(model)
+        if plan is None:
+            raise NotFoundError(f"The model '{model}' does not exist or is not served by this gateway", param="model")
+        allowed = principal.allowed_models
+        if allowed is not None and "*" not in allowed and model not in allowed:
+            raise PermissionDeniedError(f"This key may not use the model '{model}'", param="model")
+        if plan.kind != kind:
+            raise BadRequestError(f"The model '{model}' serves {plan.kind}, not {kind}", param="model")
+        if not plan.targets:
+            hints = ", ".join(_ENV_HINT.get(p, p) for p in plan.unconfigured)
+            raise ServiceUnavailableError(
+                f"No configured provider can serve '{model}': its providers have no API key ({hints})",
+                code="provider_not_configured",
+            )
+        return plan
+
+    def visible_models(self, principal: Principal) -> list[tuple[str, str]]:
+        """(id, owner) of every route/model this principal may call."""
+        allowed = principal.allowed_models
+        out = []
+        for name, plan in self._plans.items():
+            if allowed is None or "*" in allowed or name in allowed:
+                owner = "switchyard" if plan.is_route else self._policy.models[name].provider
+                out.append((name, owner))
+        return out

@@ -1,0 +1,84 @@
+"""Everything built from one policy: router, providers, exact cache. Swapped atomically on a
+hot reload; providers and the cache are reused when their configuration did not change."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from gateway.cache.exact import ExactCache, MemoryCache, RedisCache
+from gateway.config.policy import CachePolicy, Policy, ProviderPolicy
+from gateway.providers.anthropic import AnthropicProvider
+from gateway.providers.base import Provider
+from gateway.providers.openai_compat import OpenAICompatProvider
+from gateway.routing.router import Router
+
+log = logging.getLogger("switchyard")
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    policy: Policy
+    router: Router
+    providers: dict[str, Provider]
+    cache: ExactCache
+    secrets: tuple[str, ...]  # provider keys, for log redaction
+
+
+def _provider_key(p: ProviderPolicy) -> tuple[object, ...]:
+    return (p.type, p.base_url, p.api_key, tuple(sorted(p.headers.items())))
+
+
+def _make_provider(name: str, p: ProviderPolicy) -> Provider:
+    if p.type == "anthropic":
+        return AnthropicProvider(name, p.base_url, p.api_key, p.headers)
+    return OpenAICompatProvider(name, p.base_url, p.api_key, p.headers)
+
+
+def _make_cache(c: CachePolicy, redis_url: str | None) -> ExactCache:
+    url = c.redis_url or redis_url
+    if c.backend == "redis" and url:
+        return RedisCache(url, c.redis_timeout_s, c.max_entry_bytes)
+    return MemoryCache(c.max_bytes, c.max_entry_bytes)
+
+
+def build_runtime(policy: Policy, previous: Runtime | None, redis_url: str | None) -> tuple[Runtime, list[object]]:
+    """A runtime for ``policy``, plus the old parts no longer used (to close after a grace)."""
+    providers: dict[str, Provider] = {}
+    retired: list[object] = []
+    old_keys = {n: _provider_key(previous.policy.providers[n]) for n in previous.providers} if previous else {}
+    for name, cfg in policy.providers.items():
+        if previous is not None and old_keys.get(name) == _provider_key(cfg):
+            providers[name] = previous.providers[name]
+        else:
+            providers[name] = _make_provider(name, cfg)
+    if previous is not None:
+        retired += [p for n, p in previous.providers.items() if providers.get(n) is not p]
+    if previous is not None and previous.policy.cache == policy.cache:
+        cache = previous.cache
+    else:
+        cache = _make_cache(policy.cache, redis_url)
+        if previous is not None:
+            retired.append(previous.cache)
+    unconfigured = [n for n, p in policy.providers.items() if not p.configured]
+    if unconfigured:
+        log.warning("providers without an API key are skipped by the router: %s", ", ".join(unconfigured))
+    secrets = tuple(p.api_key for p in policy.providers.values() if p.api_key)
+    return Runtime(policy, Router(policy), providers, cache, secrets), retired
+
+
+async def close_later(parts: list[object], delay: float) -> None:
+    """Close retired providers/caches once in-flight requests had time to finish."""
+    await asyncio.sleep(delay)
+    await close_parts(parts)
+
+
+async def close_parts(parts: list[object]) -> None:
+    for part in parts:
+        closer = getattr(part, "aclose", None)
+        if closer is not None:
+            try:
+                await closer()
+            except Exception:  # closing must never take the gateway down
+                log.exception("closing %s failed", type(part).__name__)

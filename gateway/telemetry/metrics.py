@@ -1,0 +1,93 @@
+"""Every Prometheus metric Switchyard exports, in one place.
+
+Labels are bounded: route/model/provider names come from the policy, tenant names from the
+key store, status/cache/kind from fixed vocabularies. Never a request id or raw user text.
+With several workers, prometheus_client's multiprocess mode aggregates them (see cli.serve).
+"""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import multiprocess as prom_mp
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "switchyard_requests",
+            "Requests answered, by outcome",
+            ["endpoint", "route", "model", "provider", "status", "cache"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "switchyard_request_duration_seconds",
+            "Total request latency as seen by the gateway",
+            ["endpoint", "route", "stream"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "switchyard_time_to_first_token_seconds",
+            "Time from request arrival to the first streamed chunk sent to the client",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "switchyard_gateway_overhead_seconds",
+            "Latency the gateway adds: total (or TTFT for streams) minus time waiting on upstreams",
+            ["endpoint", "stream"],
+            buckets=OVERHEAD_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "switchyard_tokens", "Tokens metered, by kind", ["route", "model", "kind"], registry=r
+        )
+        self.cost = Counter(
+            "switchyard_cost_usd", "Spend in USD", ["tenant", "route", "model", "provider"], registry=r
+        )
+        self.cache = Counter("switchyard_cache_results", "Exact-cache lookups by result", ["result"], registry=r)
+        self.cache_errors = Counter(
+            "switchyard_cache_backend_errors", "Cache backend failures (served as misses)", ["backend"], registry=r
+        )
+        self.upstream_errors = Counter(
+            "switchyard_upstream_errors",
+            "Failed upstream attempts",
+            ["provider", "model", "code"],
+            registry=r,
+        )
+        self.retries = Counter("switchyard_upstream_attempts", "Upstream attempts", ["provider", "model"], registry=r)
+        self.policy_reloads = Counter(
+            "switchyard_policy_reloads", "Policy reloads by result", ["result"], registry=r
+        )
+        self.rejections = Counter(
+            "switchyard_rejections", "Requests refused before any upstream call", ["code"], registry=r
+        )
+        self.breaker_open = Gauge(
+            "switchyard_circuit_open", "1 while a target's circuit breaker is open", ["model"],
+            registry=r, multiprocess_mode="max",
+        )
+        self.ledger_pending = Gauge(
+            "switchyard_ledger_pending_rows", "Ledger rows waiting to be written", registry=r,
+            multiprocess_mode="sum",
+        )
+
+    def record_cost(self, tenant: str, route: str, model: str, provider: str, cost: Decimal | None) -> None:
+        if cost is not None and cost > 0:
+            self.cost.labels(tenant, route, model, provider).inc(float(cost))
+
+    def render(self) -> bytes:
+        mp_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if mp_dir:
+            registry = CollectorRegistry()
+            prom_mp.MultiProcessCollector(registry, path=mp_dir)
+            return bytes(generate_latest(registry))
+        return bytes(generate_latest(self.registry))

@@ -1,0 +1,118 @@
+"""Spend reports: grouping, exact sums, savings, time windows, rendering."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from gateway.ledger.report import format_table, parse_since, spend, to_json, total
+from gateway.ledger.store import SQLiteLedger
+from tests.test_ledger_store import make_row
+
+D = Decimal
+NOW = 1_700_100_000.0
+
+
+@pytest.fixture
+def ledger_file(tmp_path: Path) -> Path:
+    path = tmp_path / "ledger.db"
+    led = SQLiteLedger(path)
+    led.start()
+    rows = [
+        # three cheap requests (one cache hit saving the whole baseline)
+        make_row(1, ts=NOW - 10, cost_usd=D("0.0000000001"), baseline_cost_usd=D("0.0000000003")),
+        make_row(2, ts=NOW - 20, cost_usd=D("0.0000000002"), baseline_cost_usd=None),
+        make_row(3, ts=NOW - 30, cost_usd=D("0"), baseline_cost_usd=D("0.001"), cache_status="hit",
+                 cached_tokens=100),  # fmt: skip
+        # one expensive model request, one failed unpriced request
+        make_row(4, ts=NOW - 40, served_model="gpt-4o", tenant="beta", cost_usd=D("0.5"),
+                 baseline_cost_usd=D("0.5"), input_tokens=1000, output_tokens=500, route="smart"),  # fmt: skip
+        make_row(5, ts=NOW - 50, served_model=None, tenant="beta", cost_usd=None, baseline_cost_usd=None,
+                 input_tokens=None, output_tokens=None, status="error", http_status=502),  # fmt: skip
+        # outside a 1h window
+        make_row(6, ts=NOW - 7200, cost_usd=D("9"), baseline_cost_usd=D("9")),
+    ]
+    for r in rows:
+        led.write(r)
+    led.close()
+    return path
+
+
+def test_parse_since() -> None:
+    assert parse_since("90s") == 90
+    assert parse_since("30m") == 1800
+    assert parse_since("24h") == 86_400
+    assert parse_since("7d") == 604_800
+    assert parse_since("1.5h") == 5400
+    for bad in ("", "24", "h", "24x", "-1h", "0h", "1 week", "24H"):
+        with pytest.raises(ValueError, match="bad duration"):
+            parse_since(bad)
+
+
+def test_by_model_sorted_by_cost_with_exact_sums(ledger_file: Path) -> None:
+    lines = spend(ledger_file, "model", parse_since("1h"), now=NOW)
+    assert [ln.key for ln in lines] == ["gpt-4o", "gpt-4o-mini", None]
+    mini = lines[1]
+    assert mini.requests == 3
+    assert mini.cost_usd == D("0.0000000003")  # floats would not give this exactly
+    assert mini.baseline_cost_usd == D("0.0010000003")
+    # savings only where both known: (3e-10 - 1e-10) + (0.001 - 0) = 0.0010000002
+    assert mini.savings_usd == D("0.0010000002")
+    assert (mini.input_tokens, mini.cached_tokens, mini.output_tokens) == (300, 100, 60)
+    failed = lines[2]
+    assert (failed.requests, failed.errors, failed.unpriced) == (1, 1, 1)
+    assert (failed.cost_usd, failed.input_tokens) == (D(0), 0)
+
+
+def test_window_and_grouping(ledger_file: Path) -> None:
+    everything = spend(f"sqlite:///{ledger_file}", "tenant", None)
+    assert total(everything).requests == 6
+    assert total(everything).cost_usd == D("9.5000000003")
+    by_tenant = {ln.key: ln.requests for ln in spend(ledger_file, "tenant", 3600, now=NOW)}
+    assert by_tenant == {"acme": 3, "beta": 2}
+    routes = {ln.key for ln in spend(ledger_file, "route", 3600, now=NOW)}
+    assert routes == {"auto", "smart"}
+    assert {ln.key for ln in spend(ledger_file, "provider", 3600, now=NOW)} == {"openai"}
+    assert {ln.key for ln in spend(ledger_file, "key", 3600, now=NOW)} == {"0123456789ab"}
+
+
+def test_missing_or_empty_ledger(tmp_path: Path) -> None:
+    missing = tmp_path / "nope" / "ledger.db"
+    assert spend(missing, "model", None) == []
+    assert not missing.exists()  # a report never creates a ledger
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    assert spend(empty, "model", 60) == []
+    table = format_table([])
+    assert "TOTAL" in table
+    assert to_json([], "model", "24h")["total"]["cost_usd"] == "0"
+
+
+def test_bad_group_is_refused(ledger_file: Path) -> None:
+    with pytest.raises(ValueError):
+        spend(ledger_file, "colour", None)  # type: ignore[arg-type]
+
+
+def test_format_table_aligned_with_total(ledger_file: Path) -> None:
+    lines = spend(ledger_file, "model", 3600, now=NOW)
+    text = format_table(lines, "model")
+    rows = text.splitlines()
+    assert rows[0].split()[:2] == ["MODEL", "REQUESTS"]
+    assert rows[-1].startswith("TOTAL")
+    assert "(none)" in text
+    assert "0.500000" in text
+    assert rows[-1].split()[1] == "5"
+    assert len({len(r) for r in rows if not r.startswith("-")}) <= 2  # right-aligned columns
+
+
+def test_to_json_money_as_strings(ledger_file: Path) -> None:
+    lines = spend(ledger_file, "model", 3600, now=NOW)
+    obj = to_json(lines, "model", "1h")
+    json.dumps(obj)  # serialisable as is
+    assert obj["by"] == "model" and obj["since"] == "1h" and obj["since_seconds"] == 3600
+    assert obj["lines"][1]["cost_usd"] == "0.0000000003"
+    assert D(obj["total"]["cost_usd"]) == D("0.5000000003")
+    assert obj["total"]["requests"] == 5
