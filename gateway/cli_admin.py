@@ -23,9 +23,10 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``keys`` and ``spend`` command groups to a ``switchyard`` subparsers object."""
-    keys = subparsers.add_parser("keys", help="manage virtual API keys")
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``keys`` and ``spend`` command groups to a ``switchyard`` subparsers object
+    (from ``parser.add_subparsers()``). Each command sets ``func(args) -> exit code``."""
+    keys: argparse.ArgumentParser = subparsers.add_parser("keys", help="manage virtual API keys")
     keys.set_defaults(func=_help_of(keys))
     sub = keys.add_subparsers(title="keys commands", metavar="{create,list,revoke}")
 
@@ -45,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     revoke.add_argument("--json", action="store_true", help="print one JSON object")
     revoke.set_defaults(func=cmd_keys_revoke)
 
-    sp = subparsers.add_parser("spend", help="spend report from the ledger")
+    sp: argparse.ArgumentParser = subparsers.add_parser("spend", help="spend report from the ledger")
     sp.add_argument("--by", choices=GROUP_BY_CHOICES, default="model", help="group rows by")
     sp.add_argument("--since", default="24h", help="window: 90s, 30m, 24h, 7d or 'all' (default 24h)")
     sp.add_argument("--ledger", default=None, help="ledger URL (default: $SWITCHYARD_LEDGER)")
@@ -92,7 +93,8 @@ def _store() -> KeyStore:
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
     try:
-        key, rec = _store().create(args.tenant, args.name)
+        with _store() as store:
+            key, rec = store.create(args.tenant, args.name)
     except ValueError as exc:
         return _fail(str(exc))
     except sqlite3.Error as exc:
@@ -106,7 +108,8 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
     try:
-        records = _store().list(include_revoked=args.all)
+        with _store() as store:
+            records = store.list(include_revoked=args.all)
     except sqlite3.Error as exc:
         return _fail(f"key store: {exc}", EXIT_FAILED)
     if args.json:
@@ -126,7 +129,8 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
     try:
-        revoked = _store().revoke(args.key_id)
+        with _store() as store:
+            revoked = store.revoke(args.key_id)
     except sqlite3.Error as exc:
         return _fail(f"key store: {exc}", EXIT_FAILED)
     if args.json:

@@ -118,7 +118,7 @@ def _chat_body(
         "model": model,
         "choices": choices,
         "usage": usage,
-        "system_fingerprint": None,
+        "system_fingerprint": "fp_mock",
         "service_tier": "default",
     }
     return json_reply(200, obj, n_paced=n_paced)
@@ -131,7 +131,7 @@ class _ChunkWriter:
         opts = body.get("stream_options")
         self.include_usage = isinstance(opts, dict) and opts.get("include_usage") is True
         head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
-        self._head = orjson.dumps(head)[:-1] + b',"system_fingerprint":null,'
+        self._head = orjson.dumps(head)[:-1] + b',"system_fingerprint":"fp_mock",'
         self._tail = b',"usage":null}\n\n' if self.include_usage else b"}\n\n"
         self.events: list[bytes] = []
         self.paced: list[bool] = []

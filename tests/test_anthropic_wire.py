@@ -304,11 +304,15 @@ def test_sampling_params_and_dropped_openai_only_fields() -> None:
         "max_tokens": 100,
         "messages": [user("x")],
         "temperature": 1.0,
-        "top_p": 0.9,
         "stop_sequences": ["END"],
         "metadata": {"user_id": "user-42"},
         "stream": True,
     }
+
+
+def test_top_p_is_kept_only_without_temperature() -> None:
+    assert req([{"role": "user", "content": "x"}], top_p=0.5)["top_p"] == 0.5
+    assert "top_p" not in req([{"role": "user", "content": "x"}], top_p=0.5, temperature=0)
 
 
 def test_max_completion_tokens_wins_and_stop_list_and_low_temperature() -> None:

@@ -25,13 +25,49 @@ def ledger_file(tmp_path: Path) -> Path:
         # three cheap requests (one cache hit saving the whole baseline)
         make_row(1, ts=NOW - 10, cost_usd=D("0.0000000001"), baseline_cost_usd=D("0.0000000003")),
         make_row(2, ts=NOW - 20, cost_usd=D("0.0000000002"), baseline_cost_usd=None),
-        make_row(3, ts=NOW - 30, cost_usd=D("0"), baseline_cost_usd=D("0.001"), cache_status="hit",
-                 cached_tokens=100),  # fmt: skip
+        make_row(
+            3,
+            ts=NOW - 30,
+            cost_usd=D("0"),
+            baseline_cost_usd=D("0.001"),
+            cache_status="hit",
+            cached_tokens=100,
+        ),
         # one expensive model request, one failed unpriced request
-        make_row(4, ts=NOW - 40, served_model="gpt-4o", tenant="beta", cost_usd=D("0.5"),
-                 baseline_cost_usd=D("0.5"), input_tokens=1000, output_tokens=500, route="smart"),  # fmt: skip
-        make_row(5, ts=NOW - 50, served_model=None, tenant="beta", cost_usd=None, baseline_cost_usd=None,
-                 input_tokens=None, output_tokens=None, status="error", http_status=502),  # fmt: skip
+        make_row(
+            4,
+            ts=NOW - 40,
+            served_model="gpt-4o",
+            tenant="beta",
+            cost_usd=D("0.5"),
+            baseline_cost_usd=D("0.5"),
+            input_tokens=1000,
+            output_tokens=500,
+            route="smart",
+        ),
+        make_row(
+            5,
+            ts=NOW - 50,
+            served_model=None,
+            tenant="beta",
+            cost_usd=None,
+            baseline_cost_usd=None,
+            input_tokens=None,
+            output_tokens=None,
+            status="error",
+            http_status=502,
+        ),
+        # a cache hit as the pipeline writes it: nothing served it
+        make_row(
+            7,
+            ts=NOW - 60,
+            served_model=None,
+            provider=None,
+            cache_status="hit",
+            tenant="gamma",
+            cost_usd=D("0E-10"),
+            baseline_cost_usd=D("0.002"),
+        ),
         # outside a 1h window
         make_row(6, ts=NOW - 7200, cost_usd=D("9"), baseline_cost_usd=D("9")),
     ]
@@ -54,7 +90,8 @@ def test_parse_since() -> None:
 
 def test_by_model_sorted_by_cost_with_exact_sums(ledger_file: Path) -> None:
     lines = spend(ledger_file, "model", parse_since("1h"), now=NOW)
-    assert [ln.key for ln in lines] == ["gpt-4o", "gpt-4o-mini", None]
+    assert [ln.key for ln in lines] == ["gpt-4o", "gpt-4o-mini", "(cache)", None]
+    assert lines[2].savings_usd == D("0.002")
     mini = lines[1]
     assert mini.requests == 3
     assert mini.cost_usd == D("0.0000000003")  # floats would not give this exactly
@@ -62,20 +99,20 @@ def test_by_model_sorted_by_cost_with_exact_sums(ledger_file: Path) -> None:
     # savings only where both known: (3e-10 - 1e-10) + (0.001 - 0) = 0.0010000002
     assert mini.savings_usd == D("0.0010000002")
     assert (mini.input_tokens, mini.cached_tokens, mini.output_tokens) == (300, 100, 60)
-    failed = lines[2]
+    failed = lines[3]
     assert (failed.requests, failed.errors, failed.unpriced) == (1, 1, 1)
     assert (failed.cost_usd, failed.input_tokens) == (D(0), 0)
 
 
 def test_window_and_grouping(ledger_file: Path) -> None:
     everything = spend(f"sqlite:///{ledger_file}", "tenant", None)
-    assert total(everything).requests == 6
+    assert total(everything).requests == 7
     assert total(everything).cost_usd == D("9.5000000003")
     by_tenant = {ln.key: ln.requests for ln in spend(ledger_file, "tenant", 3600, now=NOW)}
-    assert by_tenant == {"acme": 3, "beta": 2}
+    assert by_tenant == {"acme": 3, "beta": 2, "gamma": 1}
     routes = {ln.key for ln in spend(ledger_file, "route", 3600, now=NOW)}
     assert routes == {"auto", "smart"}
-    assert {ln.key for ln in spend(ledger_file, "provider", 3600, now=NOW)} == {"openai"}
+    assert {ln.key for ln in spend(ledger_file, "provider", 3600, now=NOW)} == {"openai", "(cache)"}
     assert {ln.key for ln in spend(ledger_file, "key", 3600, now=NOW)} == {"0123456789ab"}
 
 
@@ -88,7 +125,7 @@ def test_missing_or_empty_ledger(tmp_path: Path) -> None:
     assert spend(empty, "model", 60) == []
     table = format_table([])
     assert "TOTAL" in table
-    assert to_json([], "model", "24h")["total"]["cost_usd"] == "0"
+    assert to_json([], "model", "24h")["total"]["cost_usd"] == "0.0000000000"
 
 
 def test_bad_group_is_refused(ledger_file: Path) -> None:
@@ -104,7 +141,7 @@ def test_format_table_aligned_with_total(ledger_file: Path) -> None:
     assert rows[-1].startswith("TOTAL")
     assert "(none)" in text
     assert "0.500000" in text
-    assert rows[-1].split()[1] == "5"
+    assert rows[-1].split()[1] == "6"
     assert len({len(r) for r in rows if not r.startswith("-")}) <= 2  # right-aligned columns
 
 
@@ -115,4 +152,4 @@ def test_to_json_money_as_strings(ledger_file: Path) -> None:
     assert obj["by"] == "model" and obj["since"] == "1h" and obj["since_seconds"] == 3600
     assert obj["lines"][1]["cost_usd"] == "0.0000000003"
     assert D(obj["total"]["cost_usd"]) == D("0.5000000003")
-    assert obj["total"]["requests"] == 5
+    assert obj["total"]["requests"] == 6

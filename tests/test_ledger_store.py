@@ -293,7 +293,7 @@ def test_other_processes_read_and_write_concurrently(tmp_path: Path) -> None:
             time.sleep(0.002)
     outs = [p.communicate(timeout=60) for p in procs]
     led.close()
-    for p, (out, err) in zip(procs, outs, strict=True):
+    for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
     assert "child done 0" in outs[1][0]
     with reader(path) as conn:

@@ -12,7 +12,8 @@ from fastapi import FastAPI
 
 from gateway import __version__
 from gateway.api.errors import install_error_handlers
-from gateway.api.routes import router
+from gateway.api.fastpath import FastPath
+from gateway.api.routes import HOT_ROUTES, router
 from gateway.api.state import AppState
 from gateway.config.loader import load_policy
 from gateway.config.settings import Settings
@@ -25,7 +26,7 @@ from gateway.telemetry.metrics import Metrics
 log = logging.getLogger("switchyard")
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None) -> FastPath:
     settings = settings or Settings.from_env()
 
     @contextlib.asynccontextmanager
@@ -71,4 +72,4 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.include_router(router)
-    return app
+    return FastPath(app, HOT_ROUTES)

@@ -30,6 +30,13 @@ def _http_error(status: int, message: str, code: str | None) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
+def internal_error_response(request: Request, exc: Exception) -> Response:
+    """A bug: log it (redacted by the log filter) and tell the client no more than an id."""
+    request_id = getattr(request.state, "request_id", None)
+    log.error("unhandled error in %s (request %s)", request.url.path, request_id, exc_info=exc)
+    return _http_error(500, f"Internal gateway error (request id {request_id})", "internal_error")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def on_switchyard(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, SwitchyardError)
@@ -44,9 +51,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return _http_error(exc.status_code, str(exc.detail), None)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
-        request_id = getattr(request.state, "request_id", None)
-        log.error("unhandled error in %s (request %s)", request.url.path, request_id, exc_info=exc)
-        return _http_error(500, f"Internal gateway error (request id {request_id})", "internal_error")
+        return internal_error_response(request, exc)
 
     app.add_exception_handler(SwitchyardError, on_switchyard)
     app.add_exception_handler(StarletteHTTPException, on_http)

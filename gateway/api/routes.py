@@ -146,3 +146,10 @@ async def reload_policy(request: Request) -> Response:
         }
         return Response(orjson.dumps(body), status_code=422, media_type=JSON)
     return Response(orjson.dumps({"status": "reloaded"}), media_type=JSON)
+
+
+HOT_ROUTES = {
+    ("POST", "/v1/chat/completions"): chat_completions,
+    ("POST", "/v1/completions"): completions,
+    ("POST", "/v1/embeddings"): embeddings,
+}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
+import os
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
@@ -35,11 +35,14 @@ class AppState:
     metrics: Metrics
     reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    id_prefix: str = field(default_factory=lambda: os.urandom(6).hex())
+    counter: int = 0
 
     def context(self, request: Request) -> RequestContext:
         """Authenticate and stamp the request (id, arrival time)."""
         started = time.perf_counter()
-        request_id = "req_" + uuid.uuid4().hex
+        self.counter += 1
+        request_id = f"req_{self.id_prefix}{self.counter:010x}"
         request.state.request_id = request_id
         principal = authenticate(request.headers, self.pipeline.runtime.policy, self.keys)
         ctx = RequestContext(request_id, principal, started, time.time())

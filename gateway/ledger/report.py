@@ -10,21 +10,24 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
+from gateway.ledger.pricing import quantize_usd
 from gateway.ledger.sqlite import BUSY_TIMEOUT_MS, TABLE, ledger_path
 
 GroupBy = Literal["model", "route", "tenant", "provider", "key"]
 GROUP_BY_CHOICES: Final[tuple[str, ...]] = get_args(GroupBy)
+# Cache hits have no served model/provider: they are grouped as "(cache)".
+_CACHE_LABEL: Final = "(cache)"
 _GROUP_COLUMN: Final[dict[str, str]] = {
-    "model": "served_model",
+    "model": f"COALESCE(served_model, CASE WHEN cache_status = 'hit' THEN '{_CACHE_LABEL}' END)",
     "route": "route",
     "tenant": "tenant",
-    "provider": "provider",
+    "provider": f"COALESCE(provider, CASE WHEN cache_status = 'hit' THEN '{_CACHE_LABEL}' END)",
     "key": "key_id",
 }
 NONE_LABEL: Final = "(none)"
 _SINCE_RE: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
 _UNIT_SECONDS: Final[dict[str, int]] = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_ZERO: Final = Decimal(0)
+_ZERO: Final = Decimal("0E-10")  # sums keep the ledger's 1e-10 USD quantum
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +98,7 @@ def _query(by: str) -> str:
         "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(cached_tokens), 0), "
         "COALESCE(SUM(output_tokens), 0), "
         "decsum(cost_usd), decsum(baseline_cost_usd), savingsum(baseline_cost_usd, cost_usd) "
-        f"FROM {TABLE} WHERE ts >= ? GROUP BY {col}"
+        f"FROM {TABLE} WHERE ts >= ? GROUP BY 1"
     )
 
 
@@ -133,9 +136,9 @@ def spend(
             input_tokens=int(r[4]),
             cached_tokens=int(r[5]),
             output_tokens=int(r[6]),
-            cost_usd=Decimal(r[7]),
-            baseline_cost_usd=Decimal(r[8]),
-            savings_usd=Decimal(r[9]),
+            cost_usd=quantize_usd(Decimal(r[7])),
+            baseline_cost_usd=quantize_usd(Decimal(r[8])),
+            savings_usd=quantize_usd(Decimal(r[9])),
         )
         for r in rows
     ]

@@ -137,7 +137,9 @@ class SQLiteLedger:
             queue = self._queue
             if self._closed or len(queue) >= self._max_pending:
                 self._dropped += 1
-                log.error("ledger row dropped (%s)", "closed" if self._closed else "queue full")
+                if self._dropped & (self._dropped - 1) == 0:  # 1st, 2nd, 4th, 8th...: no log flood
+                    why = "ledger closed" if self._closed else "queue full"
+                    log.error("ledger rows dropped (%s): %d so far", why, self._dropped)
                 return
             queue.append(row)
             if not self._wake.is_set():

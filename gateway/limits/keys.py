@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import hmac
+import os
 import re
 import secrets
 import sqlite3
@@ -20,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final, Self, TypeVar
 
 KEY_PREFIX: Final = "sk-sy-"
 KEY_ID_LEN: Final = 12
@@ -77,30 +78,59 @@ def _plausible(key: object) -> bool:
 
 
 class KeyStore:
-    """Keys in a SQLite file (schema created on first use). Each call opens a short-lived
-    connection, so one store may be used from several threads and several processes may
-    share the file."""
+    """Keys in a SQLite file (WAL; schema created on first use).
+
+    One connection is opened lazily and shared by all threads under a lock (a lookup costs a
+    few µs instead of the ~0.5 ms of opening a connection). Several processes may share the
+    file; each process (also after a fork) opens its own connection. Call ``close()`` when
+    done (or use the store as a context manager)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._schema_ready = False
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (a later call opens a new one)."""
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            str(self.path),
+            timeout=_BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("BEGIN IMMEDIATE")
+            for stmt in _SCHEMA:
+                conn.execute(stmt)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(self.path), timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            if not self._schema_ready:
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("BEGIN IMMEDIATE")
-                for stmt in _SCHEMA:
-                    conn.execute(stmt)
-                conn.execute("COMMIT")
-                self._schema_ready = True
-            yield conn
-        finally:
-            conn.close()
+        with self._lock:
+            if self._conn is None or self._pid != os.getpid():
+                self._conn = self._open()  # a connection inherited over fork is not reused
+                self._pid = os.getpid()
+            yield self._conn
 
     def create(self, tenant: str, name: str | None = None) -> tuple[str, KeyRecord]:
         """Make a new key for ``tenant``. Returns the key (shown once) and its record."""

@@ -9,6 +9,8 @@ Decisions worth knowing:
 - ``response_format`` of type ``json_object``/``json_schema`` becomes a trailing system text
   block asking for JSON only (with the schema, when given). This is best effort: the output is
   not validated and ``strict`` is not guaranteed.
+- ``temperature`` is clamped into Anthropic's 0..1; when it is given, ``top_p`` is dropped
+  (recent Claude models reject the two together).
 - System/developer messages anywhere in the conversation are hoisted into ``system``.
 - Response ids are the Anthropic message ids, unchanged (kept for correlation).
 """
@@ -67,8 +69,8 @@ def to_anthropic_request(
     if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
         out["temperature"] = min(max(float(temperature), 0.0), 1.0)
     top_p = body.get("top_p")
-    if isinstance(top_p, (int, float)) and not isinstance(top_p, bool):
-        out["top_p"] = top_p
+    if isinstance(top_p, (int, float)) and not isinstance(top_p, bool) and "temperature" not in out:
+        out["top_p"] = top_p  # recent Claude models reject temperature and top_p together
     stop = body.get("stop")
     if isinstance(stop, str):
         out["stop_sequences"] = [stop]

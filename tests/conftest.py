@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from load_tests.mock_upstream import MockUpstream
+from tests.gateway_harness import RunningGateway, mock_policy, start_gateway
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWITCHYARD_HOME", str(tmp_path / "sy-home"))
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "SWITCHYARD_POLICY", "SWITCHYARD_ADMIN_KEY"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def mock() -> Iterator[MockUpstream]:
+    with MockUpstream(ttft_ms=0, itl_ms=0, tokens=8) as m:
+        yield m
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, mock: MockUpstream) -> Iterator[RunningGateway]:
+    gw = start_gateway(tmp_path, mock_policy(mock.base_url))
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def service_unavailable(what: str, why: str) -> None:
+    """Skip outside CI with the reason; under CI=true a missing service is a failure."""
+    message = f"{what} is not reachable ({why}); tests that need it are skipped outside CI"
+    if IN_CI:
+        pytest.fail(f"{what} is required under CI=true but is not reachable: {why}")
+    pytest.skip(message)
