@@ -198,6 +198,7 @@ class Pipeline:
     ) -> Any:
         async def call(target: Target, timeout: float) -> Any:
             out.target = target
+            ctx.attempts += 1
             self.metrics.retries.labels(target.provider, target.model).inc()
             t0 = time.perf_counter()
             try:
@@ -209,7 +210,6 @@ class Pipeline:
             self.metrics.upstream_errors.labels(target.provider, target.model, exc.code or "error").inc()
 
         outcome = await run_with_fallback(plan, call, self.breakers, started=ctx.started, on_error=on_error)
-        ctx.attempts = outcome.attempts
         out.target = outcome.target
         return outcome.value
 

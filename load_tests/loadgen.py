@@ -249,13 +249,19 @@ async def run_closed_loop(spec: LoadSpec, concurrency: int) -> Report:
 
 # request bodies -------------------------------------------------------------
 def chat_body(
-    model: str, *, stream: bool = False, vary: bool = True, temperature: float | None = None, words: int = 8
+    model: str,
+    *,
+    stream: bool = False,
+    vary: bool = True,
+    temperature: float | None = None,
+    words: int = 8,
+    tag: str = "",
 ) -> BodyFactory:
-    """OpenAI chat request bodies; ``vary`` puts the request number in the message."""
-    filler = " ".join(["lorem"] * max(0, words - 2))
+    """OpenAI chat request bodies; ``vary`` puts ``tag`` and the request number in the message."""
+    filler = " ".join(["lorem"] * max(0, words - 3))
 
     def make(i: int) -> bytes:
-        text = f"request {i if vary else 0} {filler}".strip()
+        text = f"request {tag} {i if vary else 0} {filler}".strip()
         body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": text}]}
         if stream:
             body["stream"] = True

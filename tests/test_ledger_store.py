@@ -353,6 +353,7 @@ def test_rejected_row_is_skipped_not_poisoning_the_batch(tmp_path: Path) -> None
         led.write(make_row(3))
         assert led.flush()
         assert led.dropped() == 1
+        assert led.healthy()
     finally:
         led.close()
     assert count(led.path) == 2

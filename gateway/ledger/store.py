@@ -173,7 +173,8 @@ class SQLiteLedger:
         return self._dropped
 
     def healthy(self) -> bool:
-        """The writer thread is alive and its last commit (or the schema set-up) succeeded."""
+        """The writer thread is alive and its last commit (or the schema set-up) succeeded.
+        Writability is learnt from real commits: an idle ledger reports its last outcome."""
         thread = self._thread
         return (
             thread is not None
@@ -242,6 +243,7 @@ class SQLiteLedger:
             except (sqlite3.Error, ValueError, TypeError, OverflowError) as exc:
                 self._note_failure(exc)
                 self._insert_one_by_one(batch)
+                self._failing = False  # a rejected row is the row's fault, not the database's
                 return
             time.sleep(delay)
             delay = min(delay * 2, 5.0)

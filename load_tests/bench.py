@@ -1,0 +1,238 @@
+"""Gateway overhead benchmark: the same load direct to the mock upstream and through the gateway.
+
+    python -m load_tests.bench [--quick] [--out DIR] [--runs N] [--direct-only]
+
+Starts the mock upstream (zero latency) and ``switchyard serve`` as subprocesses, pins
+the gateway to CPU 0 and the mock plus this load generator to CPU 1, runs each
+scenario against both, and writes ``bench-<UTC>.json`` and ``.md`` under DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from load_tests.bench_procs import BenchSetupError, GatewayProcess, MockProcess, machine_info
+from load_tests.bench_report import SCENARIO_CHECKS, evaluate, render_markdown
+from load_tests.loadgen import LoadSpec, Report, chat_body, run_closed_loop, run_open_loop
+from load_tests.mock_upstream import new_event_loop
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "reports"
+CACHE_HEADER = "x-switchyard-cache"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    stream: bool = False
+    rps: float | None = None
+    concurrency: int | None = None
+    vary: bool = True
+    temperature: float | None = None
+
+
+SCENARIOS = (
+    Scenario("nonstream_open_300", "non-streaming, open loop 300 req/s", rps=300),
+    Scenario("stream_open_100", "streaming, open loop 100 req/s", stream=True, rps=100),
+    Scenario("closed_32_miss", "closed loop 32 clients, cache misses", concurrency=32, temperature=0.0),
+    Scenario(
+        "closed_32_hit",
+        "closed loop 32 clients, exact-cache hits",
+        concurrency=32,
+        vary=False,
+        temperature=0.0,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    url: str
+    model: str
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Durations:
+    open_s: float
+    closed_s: float
+    warmup_s: float
+
+    @classmethod
+    def for_mode(cls, quick: bool) -> Durations:
+        return cls(3.0, 2.0, 0.3) if quick else cls(10.0, 5.0, 1.0)
+
+
+def _spec(ep: Endpoint, sc: Scenario, tag: str, duration: float) -> LoadSpec:
+    body = chat_body(ep.model, stream=sc.stream, vary=sc.vary, temperature=sc.temperature, tag=tag)
+    return LoadSpec(
+        url=ep.url + "/v1/chat/completions",
+        body=body,
+        headers=ep.headers,
+        stream=sc.stream,
+        duration_s=duration,
+        timeout_s=10.0,
+        drain_s=5.0,
+        count_header=CACHE_HEADER,
+    )
+
+
+async def run_scenario(ep: Endpoint, sc: Scenario, run: int, durations: Durations) -> Report:
+    tag = f"{sc.name}-{run}-{ep.name}-{secrets.token_hex(4)}"
+    warm = _spec(ep, sc, tag + "-warm", durations.warmup_s)
+    await run_closed_loop(warm, min(sc.concurrency or 8, 32))
+    if sc.rps is not None:
+        return await run_open_loop(_spec(ep, sc, tag, durations.open_s), sc.rps)
+    return await run_closed_loop(_spec(ep, sc, tag, durations.closed_s), sc.concurrency or 1)
+
+
+def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over runs of the numbers the table uses; errors and header counts summed."""
+
+    def med(values: list[float | None]) -> float | None:
+        xs = [v for v in values if v is not None]
+        return statistics.median(xs) if xs else None
+
+    errors: dict[str, int] = {}
+    headers: dict[str, int] = {}
+    for r in reports:
+        for k, v in r["errors"].items():
+            errors[k] = errors.get(k, 0) + v
+        for k, v in r["header_counts"].items():
+            headers[k] = headers.get(k, 0) + v
+    return {
+        "latency_p50_ms": med([r["latency_ms"]["p50"] for r in reports]),
+        "latency_p99_ms": med([r["latency_ms"]["p99"] for r in reports]),
+        "ttft_p50_ms": med([r["ttft_ms"]["p50"] for r in reports]),
+        "ttft_p99_ms": med([r["ttft_ms"]["p99"] for r in reports]),
+        "rps": med([r["achieved_rps"] for r in reports]),
+        "count": sum(r["count"] for r in reports),
+        "errors": errors,
+        "header_counts": headers,
+    }
+
+
+async def run_all(endpoints: list[Endpoint], runs: int, durations: Durations) -> dict[str, Any]:
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {
+        sc.name: {ep.name: [] for ep in endpoints} for sc in SCENARIOS
+    }
+    for run in range(runs):
+        for sc in SCENARIOS:
+            for ep in endpoints:
+                report = await run_scenario(ep, sc, run, durations)
+                raw[sc.name][ep.name].append(report.to_dict())
+    out: dict[str, Any] = {}
+    for sc in SCENARIOS:
+        entry: dict[str, Any] = {"title": sc.title, "params": sc.__dict__, "runs": raw[sc.name]}
+        for name in ("direct", "gateway"):
+            entry[name] = summarize(raw[sc.name][name]) if raw[sc.name].get(name) else None
+        out[sc.name] = entry
+    return out
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m load_tests.bench", description="gateway overhead benchmark")
+    p.add_argument("--quick", action="store_true", help="one short run of each scenario (well under 60 s)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="report directory")
+    p.add_argument("--runs", type=int, default=None, help="repetitions (default 3, or 1 with --quick)")
+    p.add_argument("--direct-only", action="store_true", help="measure only the mock (no gateway)")
+    p.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
+    return p.parse_args(argv)
+
+
+def _cpu_plan(no_pin: bool) -> tuple[set[int] | None, set[int] | None]:
+    cpus = sorted(os.sched_getaffinity(0))
+    if no_pin or len(cpus) < 2:
+        return None, None
+    return {cpus[0]}, {cpus[1]}
+
+
+def bench(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    runs = max(1, min(args.runs or (1 if args.quick else 3), 10))
+    durations = Durations.for_mode(args.quick)
+    gw_cpus, load_cpus = _cpu_plan(args.no_pin)
+    machine = machine_info()
+    machine["pinning"] = (
+        {"gateway": sorted(gw_cpus), "mock_and_loadgen": sorted(load_cpus)} if gw_cpus and load_cpus else None
+    )
+    if load_cpus:
+        os.sched_setaffinity(0, load_cpus)  # this process (the load generator) and the mock it spawns
+    started = time.time()
+    gateway_info: dict[str, Any] = {"error": None}
+    mock = MockProcess.start(load_cpus)
+    gateway: GatewayProcess | None = None
+    try:
+        endpoints = [Endpoint("direct", mock.url, "mock-small", {"authorization": "Bearer mock-key"})]
+        with tempfile.TemporaryDirectory(prefix="switchyard-bench-") as home:
+            if not args.direct_only:
+                try:
+                    gateway, key = GatewayProcess.start(Path(home), mock.port, secrets.token_hex(16), gw_cpus)
+                    endpoints.append(
+                        Endpoint("gateway", gateway.url, "bench", {"authorization": f"Bearer {key}"})
+                    )
+                except BenchSetupError as exc:
+                    gateway_info["error"] = str(exc)
+            loop = new_event_loop()
+            try:
+                scenarios = loop.run_until_complete(run_all(endpoints, runs, durations))
+            finally:
+                loop.close()
+            if gateway is not None:
+                gateway_info["log_tail"] = gateway.log_tail(1000)
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        mock.stop()
+    report = {
+        "kind": "switchyard-bench",
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "quick": bool(args.quick),
+        "runs": runs,
+        "durations": durations.__dict__,
+        "elapsed_s": round(time.time() - started, 1),
+        "machine": machine,
+        "gateway": gateway_info,
+        "scenarios": scenarios,
+    }
+    report["rows"], report["pass"] = evaluate(scenarios)
+    status = 0 if gateway is not None or args.direct_only else 2
+    return report, status
+
+
+def write_report(report: dict[str, Any], out: Path) -> tuple[Path, Path, str]:
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = report["timestamp"].replace("-", "").replace(":", "")
+    json_path = out / f"bench-{stamp}.json"
+    md_path = out / f"bench-{stamp}.md"
+    markdown = render_markdown(report)
+    json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    md_path.write_text(markdown)
+    return json_path, md_path, markdown
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    report, status = bench(args)
+    json_path, md_path, markdown = write_report(report, args.out)
+    print(markdown)
+    print(f"wrote {json_path} and {md_path}")
+    if report["gateway"]["error"]:
+        print(f"gateway unavailable: {report['gateway']['error']}", file=sys.stderr)
+    return status
+
+
+__all__ = ["SCENARIOS", "SCENARIO_CHECKS", "bench", "main"]
+
+if __name__ == "__main__":
+    sys.exit(main())
