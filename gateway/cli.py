@@ -70,7 +70,8 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print(f"{path}: ok ({len(policy.routes)} routes, {len(policy.models)} models, {len(policy.providers)} providers)")
+        counts = f"{len(policy.routes)} routes, {len(policy.models)} models, {len(policy.providers)} providers"
+        print(f"{path}: ok ({counts})")
         if unconfigured:
             print(f"  note: providers without an API key (skipped when routing): {', '.join(unconfigured)}")
     return 0
@@ -84,9 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the gateway (OpenAI-compatible HTTP server)")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    serve.add_argument("--policy", default=None, help="policy YAML (default: $SWITCHYARD_POLICY or policies/default.yaml)")
+    serve.add_argument(
+        "--policy", default=None, help="policy YAML (default: $SWITCHYARD_POLICY or policies/default.yaml)"
+    )
     serve.add_argument("--workers", type=int, default=1, help="worker processes (one per core)")
-    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
     serve.add_argument("--graceful-timeout", type=float, default=30.0, help="seconds to drain on SIGTERM")
     serve.set_defaults(func=cmd_serve)
 
@@ -96,7 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file")
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(func=cmd_policy_check)
-    policy.set_defaults(func=lambda _a: (policy.print_help(), 2)[1])
+
+    def policy_help(_args: argparse.Namespace) -> int:
+        policy.print_help()
+        return 2
+
+    policy.set_defaults(func=policy_help)
 
     cli_admin.register(sub)
     return parser

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from decimal import Decimal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -146,7 +146,9 @@ class Pipeline:
             self.limiter.check(ctx.principal.tenant, tenant.rpm)
         return plan
 
-    def _cache_key(self, plan: RoutePlan, body: dict[str, Any], ctx: RequestContext, out: _Outcome) -> str | None:
+    def _cache_key(
+        self, plan: RoutePlan, body: dict[str, Any], ctx: RequestContext, out: _Outcome
+    ) -> str | None:
         mode = plan.policy.cache.mode
         if mode == "off" or (mode == "deterministic" and not is_deterministic(body)):
             out.cache = "off"
@@ -380,5 +382,6 @@ class Pipeline:
 
 def _cacheable_result(body: dict[str, Any]) -> bool:
     choices = body.get("choices")
-    return bool(choices) and all(c.get("finish_reason") in ("stop", "tool_calls", "length") for c in choices)
-
+    if not isinstance(choices, list) or not choices:
+        return False
+    return all(c.get("finish_reason") in ("stop", "tool_calls", "length") for c in choices)

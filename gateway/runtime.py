@@ -43,11 +43,15 @@ def _make_cache(c: CachePolicy, redis_url: str | None) -> ExactCache:
     return MemoryCache(c.max_bytes, c.max_entry_bytes)
 
 
-def build_runtime(policy: Policy, previous: Runtime | None, redis_url: str | None) -> tuple[Runtime, list[object]]:
+def build_runtime(
+    policy: Policy, previous: Runtime | None, redis_url: str | None
+) -> tuple[Runtime, list[object]]:
     """A runtime for ``policy``, plus the old parts no longer used (to close after a grace)."""
     providers: dict[str, Provider] = {}
     retired: list[object] = []
-    old_keys = {n: _provider_key(previous.policy.providers[n]) for n in previous.providers} if previous else {}
+    old_keys = (
+        {n: _provider_key(previous.policy.providers[n]) for n in previous.providers} if previous else {}
+    )
     for name, cfg in policy.providers.items():
         if previous is not None and old_keys.get(name) == _provider_key(cfg):
             providers[name] = previous.providers[name]

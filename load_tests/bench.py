@@ -90,7 +90,8 @@ def _spec(ep: Endpoint, sc: Scenario, tag: str, duration: float) -> LoadSpec:
 
 async def run_scenario(ep: Endpoint, sc: Scenario, run: int, durations: Durations) -> Report:
     tag = f"{sc.name}-{run}-{ep.name}-{secrets.token_hex(4)}"
-    warm = _spec(ep, sc, tag + "-warm", durations.warmup_s)
+    # identical-request scenarios warm the very request they then measure
+    warm = _spec(ep, sc, tag + "-warm" if sc.vary else tag, durations.warmup_s)
     await run_closed_loop(warm, min(sc.concurrency or 8, 32))
     if sc.rps is not None:
         return await run_open_loop(_spec(ep, sc, tag, durations.open_s), sc.rps)

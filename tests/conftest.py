@@ -15,7 +15,13 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SWITCHYARD_HOME", str(tmp_path / "sy-home"))
-    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "SWITCHYARD_POLICY", "SWITCHYARD_ADMIN_KEY"):
+    for var in (
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "OPENAI_BASE_URL",
+        "SWITCHYARD_POLICY",
+        "SWITCHYARD_ADMIN_KEY",
+    ):
         monkeypatch.delenv(var, raising=False)
 
 

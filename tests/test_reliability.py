@@ -45,7 +45,9 @@ def test_fallback_to_next_target_when_retries_exhausted(gateway: RunningGateway,
 
 
 def test_client_error_from_upstream_is_not_retried(gateway: RunningGateway, mock: MockUpstream) -> None:
-    mock.add_fault(kind="status", status=400, model="mock-small", body={"error": {"message": "context too long"}})
+    mock.add_fault(
+        kind="status", status=400, model="mock-small", body={"error": {"message": "context too long"}}
+    )
     r = gateway.post("/v1/chat/completions", CHAT)
     assert r.status_code == 400
     assert "context too long" in r.json()["error"]["message"]
@@ -53,7 +55,9 @@ def test_client_error_from_upstream_is_not_retried(gateway: RunningGateway, mock
     assert gateway.ledger_rows()[-1]["status"] == "error"
 
 
-def test_auth_failure_upstream_skips_to_fallback_without_retry(gateway: RunningGateway, mock: MockUpstream) -> None:
+def test_auth_failure_upstream_skips_to_fallback_without_retry(
+    gateway: RunningGateway, mock: MockUpstream
+) -> None:
     mock.add_fault(kind="status", status=401, model="mock-small")
     r = gateway.post("/v1/chat/completions", CHAT)
     assert r.status_code == 200 and r.headers["x-switchyard-model"] == "large"
@@ -69,7 +73,9 @@ def test_retry_after_is_honoured(gateway: RunningGateway, mock: MockUpstream) ->
     assert elapsed >= 0.95, f"retried after {elapsed:.3f}s, Retry-After said 1s"
 
 
-def test_all_targets_rate_limited_returns_429_with_retry_after(gateway: RunningGateway, mock: MockUpstream) -> None:
+def test_all_targets_rate_limited_returns_429_with_retry_after(
+    gateway: RunningGateway, mock: MockUpstream
+) -> None:
     for _ in range(4):
         mock.add_fault(kind="status", status=429, retry_after=30)
     r = gateway.post("/v1/chat/completions", CHAT)
@@ -195,12 +201,17 @@ def test_stream_stall_mid_way_hits_idle_timeout(gateway: RunningGateway, mock: M
     assert "[DONE]" not in events and "error" in orjson.loads(events[-1])
 
 
-def test_client_disconnect_is_recorded_with_partial_usage(gateway: RunningGateway, mock: MockUpstream) -> None:
+def test_client_disconnect_is_recorded_with_partial_usage(
+    gateway: RunningGateway, mock: MockUpstream
+) -> None:
     mock.configure(itl_ms=200, tokens=50)
     with (
         httpx.Client(timeout=10) as client,
         client.stream(
-            "POST", gateway.base_url + "/chat/completions", json={**CHAT, "stream": True}, headers=gateway.headers()
+            "POST",
+            gateway.base_url + "/chat/completions",
+            json={**CHAT, "stream": True},
+            headers=gateway.headers(),
         ) as resp,
     ):
         seen = 0

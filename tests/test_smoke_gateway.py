@@ -4,7 +4,9 @@ from tests.gateway_harness import RunningGateway
 
 
 def test_chat_roundtrip_and_ledger(gateway: RunningGateway) -> None:
-    r = gateway.post("/v1/chat/completions", {"model": "auto", "messages": [{"role": "user", "content": "hi"}]})
+    r = gateway.post(
+        "/v1/chat/completions", {"model": "auto", "messages": [{"role": "user", "content": "hi"}]}
+    )
     assert r.status_code == 200, r.text
     assert r.headers["x-switchyard-model"] == "small"
     rows = gateway.ledger_rows()

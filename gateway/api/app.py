@@ -51,7 +51,12 @@ def create_app(settings: Settings | None = None) -> FastPath:
         with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
             loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(state.reload()))
             sighup = True
-        log.info("switchyard %s ready: policy %s, ledger %s", __version__, settings.policy_path, settings.ledger_url)
+        log.info(
+            "switchyard %s ready: policy %s, ledger %s",
+            __version__,
+            settings.policy_path,
+            settings.ledger_url,
+        )
         try:
             yield
         finally:

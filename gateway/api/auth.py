@@ -29,7 +29,8 @@ def authenticate(headers: Headers, policy: Policy, keys: KeyCache) -> Principal:
     key = presented_key(headers)
     if key is None:
         raise AuthenticationError(
-            "You didn't provide an API key. Send it as 'Authorization: Bearer sk-sy-...'", code="missing_api_key"
+            "You didn't provide an API key. Send it as 'Authorization: Bearer sk-sy-...'",
+            code="missing_api_key",
         )
     record = keys.lookup(key)
     if record is None:
@@ -50,6 +51,8 @@ def require_admin(headers: Headers, admin_key: Secret | None) -> None:
         )
     key = presented_key(headers)
     if key is None:
-        raise AuthenticationError("Admin endpoints need the admin key as a bearer token", code="missing_api_key")
+        raise AuthenticationError(
+            "Admin endpoints need the admin key as a bearer token", code="missing_api_key"
+        )
     if not hmac.compare_digest(key.encode(), admin_key.get().encode()):
         raise PermissionDeniedError("This key is not the admin key", code="not_admin")

@@ -21,7 +21,9 @@ def error_response(exc: SwitchyardError, request_id: str | None = None) -> Respo
         headers["retry-after"] = str(max(1, math.ceil(exc.retry_after)))
     if request_id:
         headers["x-request-id"] = request_id
-    return Response(orjson.dumps(exc.to_body()), status_code=exc.status, headers=headers, media_type="application/json")
+    return Response(
+        orjson.dumps(exc.to_body()), status_code=exc.status, headers=headers, media_type="application/json"
+    )
 
 
 def _http_error(status: int, message: str, code: str | None) -> Response:
@@ -47,7 +49,9 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 404:
             return _http_error(404, f"Unknown path: {request.method} {request.url.path}", "unknown_url")
         if exc.status_code == 405:
-            return _http_error(405, f"Method {request.method} is not allowed on {request.url.path}", "method_not_allowed")
+            return _http_error(
+                405, f"Method {request.method} is not allowed on {request.url.path}", "method_not_allowed"
+            )
         return _http_error(exc.status_code, str(exc.detail), None)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:

@@ -8,7 +8,7 @@ the same error rendering; every other path goes through FastAPI as usual."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI
@@ -25,7 +25,7 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 class FastPath:
-    def __init__(self, app: FastAPI, routes: dict[tuple[str, str], Handler]) -> None:
+    def __init__(self, app: FastAPI, routes: Mapping[tuple[str, str], Handler]) -> None:
         self.app = app
         self.routes = routes
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import os
+import time
 from dataclasses import dataclass, field
 
 from starlette.requests import Request

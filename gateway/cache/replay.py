@@ -28,7 +28,14 @@ class StreamAssembler:
         for choice in chunk.get("choices") or ():
             idx = choice.get("index", 0)
             acc = self._choices.setdefault(
-                idx, {"role": "assistant", "content": None, "tool_calls": {}, "finish_reason": None, "refusal": None}
+                idx,
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": {},
+                    "finish_reason": None,
+                    "refusal": None,
+                },
             )
             delta = choice.get("delta") or {}
             if delta.get("role"):
@@ -41,7 +48,8 @@ class StreamAssembler:
                 acc["refusal"] = (acc["refusal"] or "") + delta["refusal"]
             for call in delta.get("tool_calls") or ():
                 slot = acc["tool_calls"].setdefault(
-                    call.get("index", 0), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                    call.get("index", 0),
+                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
                 )
                 if call.get("id"):
                     slot["id"] = call["id"]
@@ -58,10 +66,16 @@ class StreamAssembler:
         choices = []
         for idx in sorted(self._choices):
             acc = self._choices[idx]
-            message: dict[str, Any] = {"role": acc["role"], "content": acc["content"], "refusal": acc["refusal"]}
+            message: dict[str, Any] = {
+                "role": acc["role"],
+                "content": acc["content"],
+                "refusal": acc["refusal"],
+            }
             if acc["tool_calls"]:
                 message["tool_calls"] = [acc["tool_calls"][i] for i in sorted(acc["tool_calls"])]
-            choices.append({"index": idx, "message": message, "finish_reason": acc["finish_reason"], "logprobs": None})
+            choices.append(
+                {"index": idx, "message": message, "finish_reason": acc["finish_reason"], "logprobs": None}
+            )
         out: dict[str, Any] = {
             "id": self.id or "chatcmpl-switchyard",
             "object": "chat.completion",
@@ -88,13 +102,55 @@ def completion_to_chunks(completion: dict[str, Any], include_usage: bool) -> lis
     for choice in completion.get("choices") or ():
         idx = choice.get("index", 0)
         msg = choice.get("message") or {}
-        chunks.append({**base, "choices": [{"index": idx, "delta": {"role": msg.get("role", "assistant"), "content": ""}, "logprobs": None, "finish_reason": None}]})
+        chunks.append(
+            {
+                **base,
+                "choices": [
+                    {
+                        "index": idx,
+                        "delta": {"role": msg.get("role", "assistant"), "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ],
+            }
+        )
         if msg.get("content"):
-            chunks.append({**base, "choices": [{"index": idx, "delta": {"content": msg["content"]}, "logprobs": None, "finish_reason": None}]})
+            chunks.append(
+                {
+                    **base,
+                    "choices": [
+                        {
+                            "index": idx,
+                            "delta": {"content": msg["content"]},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ],
+                }
+            )
         for i, call in enumerate(msg.get("tool_calls") or ()):
-            delta = {"tool_calls": [{"index": i, "id": call.get("id"), "type": "function", "function": call.get("function")}]}
-            chunks.append({**base, "choices": [{"index": idx, "delta": delta, "logprobs": None, "finish_reason": None}]})
-        chunks.append({**base, "choices": [{"index": idx, "delta": {}, "logprobs": None, "finish_reason": choice.get("finish_reason") or "stop"}]})
+            delta = {
+                "tool_calls": [
+                    {"index": i, "id": call.get("id"), "type": "function", "function": call.get("function")}
+                ]
+            }
+            chunks.append(
+                {**base, "choices": [{"index": idx, "delta": delta, "logprobs": None, "finish_reason": None}]}
+            )
+        chunks.append(
+            {
+                **base,
+                "choices": [
+                    {
+                        "index": idx,
+                        "delta": {},
+                        "logprobs": None,
+                        "finish_reason": choice.get("finish_reason") or "stop",
+                    }
+                ],
+            }
+        )
     if include_usage and completion.get("usage"):
         chunks.append({**base, "choices": [], "usage": completion["usage"]})
     return chunks

@@ -77,7 +77,9 @@ def status_error(provider: str, status: int, headers: Mapping[str, str], raw: by
             retry_after=parse_retry_after(headers),
         )
     if status >= 500:
-        err = UpstreamError(f"upstream '{provider}' failed with HTTP {status}{suffix}", upstream_status=status)
+        err = UpstreamError(
+            f"upstream '{provider}' failed with HTTP {status}{suffix}", upstream_status=status
+        )
         if status in (503, 529):
             err.status = 503
         return err
@@ -95,7 +97,9 @@ def status_error(provider: str, status: int, headers: Mapping[str, str], raw: by
             retryable=False,
             code="upstream_not_found",
         )
-    return UpstreamRejectedError(f"upstream '{provider}' rejected the request{suffix}", upstream_status=status)
+    return UpstreamRejectedError(
+        f"upstream '{provider}' rejected the request{suffix}", upstream_status=status
+    )
 
 
 def transport_error(provider: str, exc: BaseException) -> SwitchyardError:
@@ -112,4 +116,6 @@ def transport_error(provider: str, exc: BaseException) -> SwitchyardError:
 
 
 def bad_response(provider: str, what: str) -> UpstreamError:
-    return UpstreamError(f"upstream '{provider}' sent a malformed response: {what}", code="upstream_bad_response")
+    return UpstreamError(
+        f"upstream '{provider}' sent a malformed response: {what}", code="upstream_bad_response"
+    )

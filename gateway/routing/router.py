@@ -28,10 +28,13 @@ class Router:
         self._targets = {name: self._target(name) for name in policy.models}
         self._plans: dict[str, RoutePlan] = {}
         for name, route in policy.routes.items():
-            self._plans[name] = self._plan(name, [t.model for t in route.targets], route, route.baseline, True)
+            self._plans[name] = self._plan(
+                name, [t.model for t in route.targets], route, route.baseline, True
+            )
         if policy.allow_direct_models:
             for name in policy.models:
-                self._plans[name] = self._plan(name, [name], RoutePolicy(targets=[{"model": name}]), None, False)  # type: ignore[list-item]
+                direct = RoutePolicy.model_validate({"targets": [name]})
+                self._plans[name] = self._plan(name, [name], direct, None, False)
 
     def _target(self, name: str) -> Target:
         m = self._policy.models[name]
@@ -40,11 +43,15 @@ class Router:
             model=name,
             provider=m.provider,
             upstream_model=m.upstream or name,
-            price=Price(input=p.input, output=p.output, cached_input=p.cached_input, cache_write=p.cache_write),
+            price=Price(
+                input=p.input, output=p.output, cached_input=p.cached_input, cache_write=p.cache_write
+            ),
             context_window=m.context_window,
         )
 
-    def _plan(self, name: str, models: list[str], route: RoutePolicy, baseline: str | None, is_route: bool) -> RoutePlan:
+    def _plan(
+        self, name: str, models: list[str], route: RoutePolicy, baseline: str | None, is_route: bool
+    ) -> RoutePlan:
         configured: list[Target] = []
         skipped: list[str] = []
         for model in models:
@@ -68,7 +75,9 @@ class Router:
             raise BadRequestError("'model' must be a non-empty string", param="model")
         plan = self._plans.get(model)
         if plan is None:
-            raise NotFoundError(f"The model '{model}' does not exist or is not served by this gateway", param="model")
+            raise NotFoundError(
+                f"The model '{model}' does not exist or is not served by this gateway", param="model"
+            )
         allowed = principal.allowed_models
         if allowed is not None and "*" not in allowed and model not in allowed:
             raise PermissionDeniedError(f"This key may not use the model '{model}'", param="model")

@@ -13,7 +13,25 @@ from decimal import Decimal
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess as prom_mp
 
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    120,
+)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
@@ -54,9 +72,14 @@ class Metrics:
         self.cost = Counter(
             "switchyard_cost_usd", "Spend in USD", ["tenant", "route", "model", "provider"], registry=r
         )
-        self.cache = Counter("switchyard_cache_results", "Exact-cache lookups by result", ["result"], registry=r)
+        self.cache = Counter(
+            "switchyard_cache_results", "Exact-cache lookups by result", ["result"], registry=r
+        )
         self.cache_errors = Counter(
-            "switchyard_cache_backend_errors", "Cache backend failures (served as misses)", ["backend"], registry=r
+            "switchyard_cache_backend_errors",
+            "Cache backend failures (served as misses)",
+            ["backend"],
+            registry=r,
         )
         self.upstream_errors = Counter(
             "switchyard_upstream_errors",
@@ -64,7 +87,9 @@ class Metrics:
             ["provider", "model", "code"],
             registry=r,
         )
-        self.retries = Counter("switchyard_upstream_attempts", "Upstream attempts", ["provider", "model"], registry=r)
+        self.retries = Counter(
+            "switchyard_upstream_attempts", "Upstream attempts", ["provider", "model"], registry=r
+        )
         self.policy_reloads = Counter(
             "switchyard_policy_reloads", "Policy reloads by result", ["result"], registry=r
         )
@@ -72,11 +97,16 @@ class Metrics:
             "switchyard_rejections", "Requests refused before any upstream call", ["code"], registry=r
         )
         self.breaker_open = Gauge(
-            "switchyard_circuit_open", "1 while a target's circuit breaker is open", ["model"],
-            registry=r, multiprocess_mode="max",
+            "switchyard_circuit_open",
+            "1 while a target's circuit breaker is open",
+            ["model"],
+            registry=r,
+            multiprocess_mode="max",
         )
         self.ledger_pending = Gauge(
-            "switchyard_ledger_pending_rows", "Ledger rows waiting to be written", registry=r,
+            "switchyard_ledger_pending_rows",
+            "Ledger rows waiting to be written",
+            registry=r,
             multiprocess_mode="sum",
         )
 
@@ -88,6 +118,6 @@ class Metrics:
         mp_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
         if mp_dir:
             registry = CollectorRegistry()
-            prom_mp.MultiProcessCollector(registry, path=mp_dir)
+            prom_mp.MultiProcessCollector(registry, path=mp_dir)  # type: ignore[no-untyped-call]
             return bytes(generate_latest(registry))
         return bytes(generate_latest(self.registry))

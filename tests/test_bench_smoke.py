@@ -1,0 +1,51 @@
+"""The benchmark runs end to end (mock upstream + gateway subprocesses) and reports every scenario."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from load_tests.bench import SCENARIOS
+
+ROOT = Path(__file__).resolve().parents[1]
+METRICS = {
+    "nonstream_open_300": ("latency_p50_ms", "latency_p99_ms"),
+    "stream_open_100": ("ttft_p50_ms", "ttft_p99_ms"),
+    "closed_32_miss": ("rps",),
+    "closed_32_hit": ("rps",),
+}
+
+
+@pytest.mark.slow
+def test_bench_quick_reports_every_scenario(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "load_tests.bench", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    reports = list(tmp_path.glob("bench-*.json"))
+    assert len(reports) == 1 and len(list(tmp_path.glob("bench-*.md"))) == 1
+    report = json.loads(reports[0].read_text())
+    assert report["gateway"]["error"] is None
+    assert report["machine"]["nproc"] and report["machine"]["cpu_model"]
+    assert set(report["scenarios"]) == {s.name for s in SCENARIOS} == set(METRICS)
+    for name, metrics in METRICS.items():
+        entry = report["scenarios"][name]
+        for side in ("direct", "gateway"):
+            summary = entry[side]
+            assert summary is not None, (name, side)
+            assert summary["count"] > 0 and not summary["errors"], (name, side, summary["errors"])
+            for metric in metrics:
+                assert isinstance(summary[metric], float | int) and summary[metric] > 0, (name, side, metric)
+    assert report["scenarios"]["closed_32_hit"]["gateway"]["header_counts"].get("hit", 0) > 0
+    assert len(report["rows"]) == 6 and "| scenario |" in proc.stdout
