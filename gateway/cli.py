@@ -70,7 +70,8 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
             )
         )
     else:
-        counts = f"{len(policy.routes)} routes, {len(policy.models)} models, {len(policy.providers)} providers"
+        n_routes, n_models, n_providers = len(policy.routes), len(policy.models), len(policy.providers)
+        counts = f"{n_routes} routes, {n_models} models, {n_providers} providers"
         print(f"{path}: ok ({counts})")
         if unconfigured:
             print(f"  note: providers without an API key (skipped when routing): {', '.join(unconfigured)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.cache.exact import ExactCache, MemoryCache, RedisCache
@@ -36,15 +37,18 @@ def _make_provider(name: str, p: ProviderPolicy) -> Provider:
     return OpenAICompatProvider(name, p.base_url, p.api_key, p.headers)
 
 
-def _make_cache(c: CachePolicy, redis_url: str | None) -> ExactCache:
+def _make_cache(c: CachePolicy, redis_url: str | None, on_error: Callable[[], None] | None) -> ExactCache:
     url = c.redis_url or redis_url
     if c.backend == "redis" and url:
-        return RedisCache(url, c.redis_timeout_s, c.max_entry_bytes)
+        return RedisCache(url, c.redis_timeout_s, c.max_entry_bytes, on_error=on_error)
     return MemoryCache(c.max_bytes, c.max_entry_bytes)
 
 
 def build_runtime(
-    policy: Policy, previous: Runtime | None, redis_url: str | None
+    policy: Policy,
+    previous: Runtime | None,
+    redis_url: str | None,
+    on_cache_error: Callable[[], None] | None = None,
 ) -> tuple[Runtime, list[object]]:
     """A runtime for ``policy``, plus the old parts no longer used (to close after a grace)."""
     providers: dict[str, Provider] = {}
@@ -62,7 +66,7 @@ def build_runtime(
     if previous is not None and previous.policy.cache == policy.cache:
         cache = previous.cache
     else:
-        cache = _make_cache(policy.cache, redis_url)
+        cache = _make_cache(policy.cache, redis_url, on_cache_error)
         if previous is not None:
             retired.append(previous.cache)
     unconfigured = [n for n, p in policy.providers.items() if not p.configured]

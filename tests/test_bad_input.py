@@ -242,7 +242,7 @@ def test_wrong_method_is_405_json(gateway: RunningGateway, mock: MockUpstream, m
     "headers",
     [
         {},
-        {"authorization": "Bearer "},
+        {"authorization": "Bearer"},
         {"authorization": "Basic dXNlcjpwYXNz"},
     ],
     ids=["none", "empty-bearer", "basic"],

@@ -32,15 +32,16 @@ def create_app(settings: Settings | None = None) -> FastPath:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         policy = load_policy(settings.policy_path)  # a bad policy stops start-up with its errors
-        runtime, _ = build_runtime(policy, None, settings.redis_url)
+        metrics = Metrics()
+        runtime, _ = build_runtime(policy, None, settings.redis_url, metrics.count_cache_error)
         settings.home.mkdir(parents=True, exist_ok=True)
         ledger = open_ledger(settings.ledger_url)
         ledger.start()
-        metrics = Metrics()
+        key_store = KeyStore(settings.keys_db)
         state = AppState(
             settings=settings,
             pipeline=Pipeline(runtime, ledger, metrics),
-            keys=KeyCache(KeyStore(settings.keys_db)),
+            keys=KeyCache(key_store),
             ledger=ledger,
             metrics=metrics,
         )
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastPath:
                 task.cancel()
             await close_parts([*state.pipeline.runtime.providers.values(), state.pipeline.runtime.cache])
             await asyncio.to_thread(ledger.close)
+            key_store.close()
 
     app = FastAPI(
         title="Switchyard",

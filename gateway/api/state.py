@@ -61,7 +61,9 @@ class AppState:
         async with self.reload_lock:
             try:
                 policy = await asyncio.to_thread(load_policy, self.settings.policy_path)
-                runtime, retired = build_runtime(policy, self.pipeline.runtime, self.settings.redis_url)
+                runtime, retired = build_runtime(
+                    policy, self.pipeline.runtime, self.settings.redis_url, self.metrics.count_cache_error
+                )
             except PolicyError as exc:
                 self.metrics.policy_reloads.labels("error").inc()
                 log.warning("policy reload rejected, keeping the running policy:\n%s", exc.render())

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Protocol
 
 import redis.asyncio as aioredis
@@ -82,7 +83,15 @@ class RedisCache:
     backend = "redis"
     PREFIX = "switchyard:exact:"
 
-    def __init__(self, url: str, timeout: float, max_entry_bytes: int, cooldown: float = 1.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float,
+        max_entry_bytes: int,
+        cooldown: float = 1.0,
+        on_error: Callable[[], None] | None = None,
+    ) -> None:
+        self._on_error = on_error
         self._client = aioredis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=0
         )
@@ -97,6 +106,8 @@ class RedisCache:
 
     def _failed(self) -> None:
         self.errors += 1
+        if self._on_error is not None:
+            self._on_error()
         self._down_until = time.monotonic() + self._cooldown
 
     async def get(self, key: str) -> bytes | None:

@@ -110,6 +110,9 @@ class Metrics:
             multiprocess_mode="sum",
         )
 
+    def count_cache_error(self) -> None:
+        self.cache_errors.labels("redis").inc()
+
     def record_cost(self, tenant: str, route: str, model: str, provider: str, cost: Decimal | None) -> None:
         if cost is not None and cost > 0:
             self.cost.labels(tenant, route, model, provider).inc(float(cost))
