@@ -103,34 +103,34 @@ def test_deeply_nested_json_is_400_not_500(gateway: RunningGateway, mock: MockUp
 # --------------------------------------------------------------------------- field types
 
 
-@pytest.mark.parametrize(
-    ("patch", "param"),
-    [
-        ({"model": 123}, "model"),
-        ({"model": None}, "model"),
-        ({"model": ""}, "model"),
-        ({"messages": "hello"}, "messages"),
-        ({"messages": []}, "messages"),
-        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
-        ({"messages": [{"content": "x"}]}, "messages[0].role"),
-        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
-        ({"messages": [{"role": "user", "content": "a"}, "b"]}, "messages[1]"),
-        ({"temperature": "hot"}, "temperature"),
-        ({"temperature": 5}, "temperature"),
-        ({"temperature": -1}, "temperature"),
-        ({"max_tokens": "10"}, "max_tokens"),
-        ({"max_tokens": 1.5}, "max_tokens"),
-        ({"max_tokens": 0}, "max_tokens"),
-        ({"stream": "yes"}, "stream"),
-        ({"stream": 1}, "stream"),
-        ({"tools": "search"}, "tools"),
-        ({"tools": [{"type": "function", "function": {"name": 5}}]}, "tools[0].function.name"),
-        ({"n": 0}, "n"),
-        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
-        ({"response_format": {"type": "yaml"}}, "response_format.type"),
-        ({"stream_options": {"include_usage": "yes"}}, "stream_options.include_usage"),
-    ],
-)
+WRONG_FIELDS: list[tuple[dict[str, Any], str]] = [
+    ({"model": 123}, "model"),
+    ({"model": None}, "model"),
+    ({"model": ""}, "model"),
+    ({"messages": "hello"}, "messages"),
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": "a"}, "b"]}, "messages[1]"),
+    ({"temperature": "hot"}, "temperature"),
+    ({"temperature": 5}, "temperature"),
+    ({"temperature": -1}, "temperature"),
+    ({"max_tokens": "10"}, "max_tokens"),
+    ({"max_tokens": 1.5}, "max_tokens"),
+    ({"max_tokens": 0}, "max_tokens"),
+    ({"stream": "yes"}, "stream"),
+    ({"stream": 1}, "stream"),
+    ({"tools": "search"}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": 5}}]}, "tools[0].function.name"),
+    ({"n": 0}, "n"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"response_format": {"type": "yaml"}}, "response_format.type"),
+    ({"stream_options": {"include_usage": "yes"}}, "stream_options.include_usage"),
+]
+
+
+@pytest.mark.parametrize(("patch", "param"), WRONG_FIELDS, ids=[p for _, p in WRONG_FIELDS])
 def test_wrong_field_types_name_the_field(
     gateway: RunningGateway, mock: MockUpstream, patch: dict[str, Any], param: str
 ) -> None:

@@ -44,11 +44,17 @@ def yaml_path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def _substitute(node: Any, env: Mapping[str, str], path: tuple[int | str, ...], missing: list[tuple[str, str]]) -> Any:
+def _substitute(
+    node: Any,
+    env: Mapping[str, str],
+    path: tuple[int | str, ...],
+    missing: list[tuple[str, str]],
+    used: dict[str, list[tuple[str, str]]],
+) -> Any:
     if isinstance(node, dict):
-        return {k: _substitute(v, env, (*path, str(k)), missing) for k, v in node.items()}
+        return {k: _substitute(v, env, (*path, str(k)), missing, used) for k, v in node.items()}
     if isinstance(node, list):
-        return [_substitute(v, env, (*path, i), missing) for i, v in enumerate(node)]
+        return [_substitute(v, env, (*path, i), missing, used) for i, v in enumerate(node)]
     if not isinstance(node, str) or "${" not in node:
         return node
 
@@ -60,9 +66,25 @@ def _substitute(node: Any, env: Mapping[str, str], path: tuple[int | str, ...], 
                 return default or ""
             missing.append((yaml_path(path), f"environment variable {name} is not set"))
             return ""
+        used.setdefault(yaml_path(path), []).append((name, value))
         return value
 
     return _ENV_REF.sub(repl, node)
+
+
+def _hide_env_values(
+    problems: list[tuple[str, str]], used: Mapping[str, list[tuple[str, str]]]
+) -> list[tuple[str, str]]:
+    """Messages about a field that took a value from the environment show ``${NAME}`` instead
+    of the value (a cross reference quotes the value it could not resolve; it may be a key)."""
+    out = []
+    for path, msg in problems:
+        for where, refs in used.items():
+            if path == where or path.startswith((where + ".", where + "[")):
+                for name, value in sorted(refs, key=lambda r: len(r[1]), reverse=True):
+                    msg = msg.replace(value, "${" + name + "}")
+        out.append((path, msg))
+    return out
 
 
 def parse_policy(text: str, source: str = "<policy>", env: Mapping[str, str] | None = None) -> Policy:
@@ -79,7 +101,8 @@ def parse_policy(text: str, source: str = "<policy>", env: Mapping[str, str] | N
     if not isinstance(raw, dict):
         raise PolicyError(source, [("", "the policy must be a YAML mapping")])
     missing: list[tuple[str, str]] = []
-    data = _substitute(raw, env, (), missing)
+    used: dict[str, list[tuple[str, str]]] = {}  # yaml path -> [(variable, value)] from env
+    data = _substitute(raw, env, (), missing, used)
     if missing:
         raise PolicyError(source, missing)
     try:
@@ -91,10 +114,10 @@ def parse_policy(text: str, source: str = "<policy>", env: Mapping[str, str] | N
             if err["type"] == "extra_forbidden":
                 msg = "unknown field"
             problems.append((yaml_path(tuple(err["loc"])), msg))
-        raise PolicyError(source, problems) from None
+        raise PolicyError(source, _hide_env_values(problems, used)) from None
     problems = policy.cross_reference_errors()
     if problems:
-        raise PolicyError(source, problems)
+        raise PolicyError(source, _hide_env_values(problems, used))
     return policy
 
 
