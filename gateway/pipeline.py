@@ -15,6 +15,7 @@ import orjson
 from gateway.cache.keys import canonical_key, is_deterministic
 from gateway.cache.replay import StreamAssembler, completion_to_chunks
 from gateway.core.errors import StreamBrokenError, SwitchyardError, UpstreamError
+from gateway.core.redact import redact
 from gateway.core.types import ChatRequest, ChatStream, RawResult, RequestContext, Target, Usage
 from gateway.core.types import usage_from_openai as read_usage
 from gateway.ledger.pricing import cost_of
@@ -274,7 +275,8 @@ class Pipeline:
             yield DONE
         except (UpstreamError, StreamBrokenError) as exc:
             out.status, out.http_status, out.error_code = "stream_broken", 502, exc.code
-            yield sse({"error": {"message": exc.message, "type": exc.type, "param": None, "code": exc.code}})
+            message = redact(exc.message, rt.secrets)
+            yield sse({"error": {"message": message, "type": exc.type, "param": None, "code": exc.code}})
         finally:
             out.usage = stream.usage or self._estimate(req.body, assembler)
             if out.status == "client_disconnected":
@@ -307,6 +309,7 @@ class Pipeline:
         return headers
 
     def _failed(self, ctx: RequestContext, out: _Outcome, exc: SwitchyardError) -> None:
+        exc.message = redact(exc.message, self.runtime.secrets)  # upstreams may echo our keys
         out.status, out.http_status, out.error_code = "error", exc.status, exc.code
         if out.plan is None:  # refused before routing: no ledger row, only a counter
             self.metrics.rejections.labels(exc.code or str(exc.status)).inc()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.cache.exact import ExactCache, MemoryCache, RedisCache
 from gateway.config.policy import CachePolicy, Policy, ProviderPolicy
@@ -24,7 +24,7 @@ class Runtime:
     router: Router
     providers: dict[str, Provider]
     cache: ExactCache
-    secrets: tuple[str, ...]  # provider keys, for log redaction
+    secrets: tuple[str, ...] = field(repr=False)  # provider keys, for redaction
 
 
 def _provider_key(p: ProviderPolicy) -> tuple[object, ...]:

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import httptools
 
 # A non-empty OpenAI ``delta.content``/``text`` or Anthropic ``text_delta``/``partial_json``.
-CONTENT_RE = re.compile(rb'"(?:content|text|partial_json|arguments)":"[^"]')
+CONTENT_RE = re.compile(rb'"(?:content|text|partial_json|arguments)"\s*:\s*"[^"]')
 
 
 class ConnectionClosedError(ConnectionError):

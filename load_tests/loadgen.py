@@ -101,6 +101,7 @@ class Report:
     ttft_ms: dict[str, float | None]
     header_counts: dict[str, int]
     cancelled: int = 0
+    connections: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -119,7 +120,7 @@ class _Runner:
         self.samples: list[_Sample] = []
         self.header_counts: Counter[str] = Counter()
         self._idle: list[Connection] = []
-        self._open = 0
+        self.opened = 0
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
         headers = {"accept": "text/event-stream" if spec.stream else "application/json", **spec.headers}
         self._prefix = request_prefix(self.target, headers)
@@ -129,6 +130,7 @@ class _Runner:
             conn = self._idle.pop()
             if conn.usable:
                 return conn
+        self.opened += 1
         return await Connection.open(self.target, content_re=CONTENT_RE if self.spec.stream else None)
 
     async def one(self, i: int, scheduled: float) -> None:
@@ -185,6 +187,7 @@ class _Runner:
             ttft_ms=percentiles([x.ttft for x in ok if x.ttft is not None]),
             header_counts=dict(self.header_counts),
             cancelled=cancelled,
+            connections=self.opened,
         )
 
 

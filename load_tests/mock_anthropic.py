@@ -118,7 +118,7 @@ def _respond(
         }
         return json_reply(200, msg, dialect="anthropic", n_paced=max(0, len(pieces) - 1))
     start_usage = {**usage, "output_tokens": 1}
-    start = {
+    start: dict[str, Any] = {
         "id": mid,
         "type": "message",
         "role": "assistant",

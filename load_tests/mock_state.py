@@ -88,16 +88,16 @@ class MockState:
         if unknown:
             raise ValueError(f"unknown setting(s): {sorted(unknown)}")
         current = self._settings
-        values = {
-            "ttft_ms": float(changes.get("ttft_ms", current.ttft_ms)),
-            "itl_ms": float(changes.get("itl_ms", current.itl_ms)),
-            "tokens": int(changes.get("tokens", current.tokens)),
-        }
-        if values["ttft_ms"] < 0 or values["itl_ms"] < 0 or values["tokens"] < 1:
+        new = Settings(
+            ttft_ms=float(changes.get("ttft_ms", current.ttft_ms)),
+            itl_ms=float(changes.get("itl_ms", current.itl_ms)),
+            tokens=int(changes.get("tokens", current.tokens)),
+        )
+        if new.ttft_ms < 0 or new.itl_ms < 0 or new.tokens < 1:
             raise ValueError("ttft_ms/itl_ms must be >= 0 and tokens >= 1")
         with self._lock:
-            self._settings = Settings(**values)
-            return self._settings
+            self._settings = new
+            return new
 
     # faults ---------------------------------------------------------------
     def add_faults(self, specs: list[dict[str, Any]]) -> int:

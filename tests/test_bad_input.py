@@ -19,7 +19,9 @@ OK_BODY = {"model": "auto", "messages": HELLO}
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 
 
-def assert_error(r: httpx.Response, status: int, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+def assert_error(
+    r: httpx.Response, status: int, *, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
     """The response is ``status`` with an OpenAI error body; returns the ``error`` object."""
     assert "Traceback" not in r.text
     assert r.status_code == status, r.text
@@ -208,7 +210,9 @@ def test_chunked_body_over_limit(small_limit_gateway: RunningGateway, mock: Mock
     assert mock.requests() == []
 
 
-def test_embeddings_and_completions_share_the_limit(small_limit_gateway: RunningGateway, mock: MockUpstream) -> None:
+def test_embeddings_and_completions_share_the_limit(
+    small_limit_gateway: RunningGateway, mock: MockUpstream
+) -> None:
     gw = small_limit_gateway
     assert_error(gw.post("/v1/embeddings", {"model": "embed", "input": "x" * 2000}), 413)
     assert_error(gw.post("/v1/completions", {"model": "legacy", "prompt": "x" * 2000}), 413)
@@ -226,8 +230,13 @@ def test_unknown_path_is_404_json(gateway: RunningGateway, path: str) -> None:
     assert path in err["message"]
 
 
-@pytest.mark.parametrize(("method", "path"), [("GET", CHAT), ("PUT", CHAT), ("DELETE", "/v1/models"), ("GET", "/admin/policy/reload")])
-def test_wrong_method_is_405_json(gateway: RunningGateway, mock: MockUpstream, method: str, path: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", CHAT), ("PUT", CHAT), ("DELETE", "/v1/models"), ("GET", "/admin/policy/reload")],
+)
+def test_wrong_method_is_405_json(
+    gateway: RunningGateway, mock: MockUpstream, method: str, path: str
+) -> None:
     with httpx.Client(timeout=30) as c:
         r = c.request(method, gateway.url + path, headers=gateway.headers())
     err = assert_error(r, 405)

@@ -31,7 +31,10 @@ HELLO = [{"role": "user", "content": "hello"}]
 TOOLS = [
     {
         "type": "function",
-        "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}},
+        "function": {
+            "name": "lookup",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
     }
 ]
 
@@ -53,7 +56,9 @@ def _allow_null(node: Any, *, schema_map: bool = False) -> Any:
     if schema_map:
         return {k: _allow_null(v) for k, v in node.items()}
     out = {
-        k: _allow_null(v, schema_map=k in ("properties", "patternProperties", "$defs", "schemas", "definitions"))
+        k: _allow_null(
+            v, schema_map=k in ("properties", "patternProperties", "$defs", "schemas", "definitions")
+        )
         for k, v in node.items()
     }
     if out.get("nullable") is True:
@@ -69,7 +74,7 @@ def validate() -> Validate:
         pytest.skip(f"OpenAI OpenAPI spec not found at {SPEC_PATH}; conformance tests need it")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with SPEC_PATH.open("rb") as f:
-        spec = yaml.load(f, Loader=loader)  # noqa: S506 - a safe loader
+        spec = yaml.load(f, Loader=loader)
     version = str(spec.get("openapi", ""))
     assert version.startswith(("3.0", "3.1")), f"unexpected OpenAPI version {version!r}"
     spec = _allow_null(spec)  # needed for 3.0, and for the 3.0 leftovers in 3.1 files
@@ -84,9 +89,13 @@ def validate() -> Validate:
             ref = {"$ref": f"{SPEC_URI}#/components/schemas/{name}"}
             validators[name] = jsonschema.Draft202012Validator(ref, registry=registry)
         errors = sorted(validators[name].iter_errors(instance), key=lambda e: list(e.absolute_path))
-        assert not errors, f"{name} violations:\n" + "\n".join(
-            f"  at {'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors[:10]
-        ) + f"\ninstance: {json.dumps(instance)[:2000]}"
+        assert not errors, (
+            f"{name} violations:\n"
+            + "\n".join(
+                f"  at {'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors[:10]
+            )
+            + f"\ninstance: {json.dumps(instance)[:2000]}"
+        )
 
     return check
 
@@ -128,7 +137,9 @@ def stream_events(gateway: RunningGateway, body: dict[str, Any], tenant: str = "
 
 @pytest.mark.parametrize("route", ["auto", "anthropic-first"])
 @pytest.mark.parametrize("tools", [False, True], ids=["text", "tools"])
-def test_chat_completion_response(gateway: RunningGateway, validate: Validate, route: str, tools: bool) -> None:
+def test_chat_completion_response(
+    gateway: RunningGateway, validate: Validate, route: str, tools: bool
+) -> None:
     body: dict[str, Any] = {"model": route, "messages": HELLO}
     if tools:
         body["tools"] = TOOLS
@@ -180,7 +191,9 @@ def test_cache_hit_replays_validate(gateway: RunningGateway, validate: Validate,
     assert hit.headers["x-switchyard-cache"] == "hit"
     validate("CreateChatCompletionResponse", hit.json())
     for include_usage in (False, True):
-        chunks = stream_events(gateway, {**body, "stream": True, "stream_options": {"include_usage": include_usage}})
+        chunks = stream_events(
+            gateway, {**body, "stream": True, "stream_options": {"include_usage": include_usage}}
+        )
         for chunk in chunks:
             validate("CreateChatCompletionStreamResponse", chunk)
         assert bool(chunks[-1].get("usage")) is include_usage
@@ -229,10 +242,18 @@ def test_error_bodies(gateway: RunningGateway, mock: MockUpstream, validate: Val
             (401, c.post(gateway.url + chat, json=ok)),
             (401, c.post(gateway.url + chat, json=ok, headers={"authorization": "Bearer sk-sy-wrong"})),
             (400, c.post(gateway.url + chat, content=b"{nope", headers=gateway.headers())),
-            (400, c.post(gateway.url + chat, json={"model": "auto", "messages": []}, headers=gateway.headers())),
+            (
+                400,
+                c.post(gateway.url + chat, json={"model": "auto", "messages": []}, headers=gateway.headers()),
+            ),
             (400, c.post(gateway.url + chat, json={**ok, "temperature": 5}, headers=gateway.headers())),
             (404, c.post(gateway.url + chat, json={**ok, "model": "nope"}, headers=gateway.headers())),
-            (403, c.post(gateway.url + chat, json={**ok, "model": "restricted"}, headers=gateway.headers("team-b"))),
+            (
+                403,
+                c.post(
+                    gateway.url + chat, json={**ok, "model": "restricted"}, headers=gateway.headers("team-b")
+                ),
+            ),
             (404, c.get(gateway.url + "/v1/nowhere", headers=gateway.headers())),
             (405, c.get(gateway.url + chat, headers=gateway.headers())),
             (403, c.post(gateway.url + "/admin/policy/reload", headers=gateway.headers())),
@@ -242,7 +263,14 @@ def test_error_bodies(gateway: RunningGateway, mock: MockUpstream, validate: Val
         mock.add_fault(kind="status", status=400, message="bad thing")
         cases.append((400, c.post(gateway.url + chat, json=ok, headers=gateway.headers())))
         gateway.write_policy("routes: [not, a, mapping]\n")
-        cases.append((422, c.post(gateway.url + "/admin/policy/reload", headers={"authorization": f"Bearer {ADMIN_KEY}"})))
+        cases.append(
+            (
+                422,
+                c.post(
+                    gateway.url + "/admin/policy/reload", headers={"authorization": f"Bearer {ADMIN_KEY}"}
+                ),
+            )
+        )
         for _ in range(6):
             last = c.post(gateway.url + chat, json=ok, headers=gateway.headers("team-b"))
         cases.append((429, last))
@@ -263,7 +291,6 @@ def test_mid_stream_failure_event_is_an_error_response(
         validate("CreateChatCompletionStreamResponse", chunk)
     assert "error" in last and "choices" not in last
     validate("ErrorResponse", last)
-
 
 
 def test_the_validator_can_fail(validate: Validate) -> None:

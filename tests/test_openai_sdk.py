@@ -36,7 +36,9 @@ def client(gateway: RunningGateway) -> Iterator[openai.OpenAI]:
         yield c
 
 
-def client_for(gateway: RunningGateway, tenant: str = "team-a", *, api_key: str | None = None) -> openai.OpenAI:
+def client_for(
+    gateway: RunningGateway, tenant: str = "team-a", *, api_key: str | None = None
+) -> openai.OpenAI:
     key = api_key or gateway.key(tenant)
     return openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0, timeout=30)
 
@@ -140,7 +142,10 @@ def test_tool_call_non_streaming(client: openai.OpenAI, route: str) -> None:
 @pytest.mark.parametrize("route", ["auto", "anthropic-first"])
 def test_tool_call_streaming_deltas_assemble(client: openai.OpenAI, route: str) -> None:
     stream = client.chat.completions.create(
-        model=route, messages=[{"role": "user", "content": "weather in Oslo"}], tools=[WEATHER_TOOL], stream=True
+        model=route,
+        messages=[{"role": "user", "content": "weather in Oslo"}],
+        tools=[WEATHER_TOOL],
+        stream=True,
     )
     chunks = list(stream)
     calls = assemble_tool_calls(chunks)
@@ -149,7 +154,9 @@ def test_tool_call_streaming_deltas_assemble(client: openai.OpenAI, route: str) 
     assert calls[0]["id"]
     assert json.loads(calls[0]["arguments"]) == {"q": "weather in Oslo"}
     arg_chunks = [
-        c for c in chunks if c.choices and c.choices[0].delta.tool_calls and c.choices[0].delta.tool_calls[0].function
+        c
+        for c in chunks
+        if c.choices and c.choices[0].delta.tool_calls and c.choices[0].delta.tool_calls[0].function
     ]
     assert len(arg_chunks) > 2, "arguments should arrive in several deltas"
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
@@ -163,7 +170,11 @@ def test_tool_result_round_trip_via_anthropic(client: openai.OpenAI, mock: MockU
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"q":"Oslo"}'}}
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"q":"Oslo"}'},
+                }
             ],
         },
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
@@ -176,7 +187,9 @@ def test_tool_result_round_trip_via_anthropic(client: openai.OpenAI, mock: MockU
     assert sent["path"] == "/v1/messages"
     assistant, user = sent["body"]["messages"][1:]
     assert assistant["role"] == "assistant"
-    assert assistant["content"] == [{"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"q": "Oslo"}}]
+    assert assistant["content"] == [
+        {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"q": "Oslo"}}
+    ]
     assert user["role"] == "user"
     assert user["content"][0]["type"] == "tool_result" and user["content"][0]["tool_use_id"] == "call_1"
     assert user["content"][-1] == {"type": "text", "text": "thanks"}
@@ -227,7 +240,9 @@ def test_unknown_extra_field_reaches_upstream(client: openai.OpenAI, mock: MockU
 def test_pinned_route_params_override_the_client(client: openai.OpenAI, mock: MockUpstream) -> None:
     client.chat.completions.create(model="code", messages=HELLO, temperature=1.5, top_p=0.9)
     client.chat.completions.create(model="creative", messages=HELLO)
-    client.chat.completions.create(model="creative", messages=[{"role": "user", "content": "x"}], temperature=2)
+    client.chat.completions.create(
+        model="creative", messages=[{"role": "user", "content": "x"}], temperature=2
+    )
     code, creative_default, creative_capped = (r["body"] for r in chat_requests(mock))
     assert (code["temperature"], code["top_p"]) == (0.1, 0.2)
     assert creative_default["temperature"] == 0.9
@@ -242,7 +257,16 @@ def test_models_list_shows_what_the_key_may_use(gateway: RunningGateway) -> None
         ids_a = {m.id for m in a.models.list()}
         ids_b = [m.id for m in b.models.list()]
     assert ids_a == {
-        "auto", "anthropic-first", "code", "creative", "restricted", "small", "large", "claude", "embed", "legacy"
+        "auto",
+        "anthropic-first",
+        "code",
+        "creative",
+        "restricted",
+        "small",
+        "large",
+        "claude",
+        "embed",
+        "legacy",
     }
     assert sorted(ids_b) == ["auto", "small"]
 
@@ -277,9 +301,9 @@ def test_chat_on_an_embeddings_model_is_a_bad_request(client: openai.OpenAI) -> 
 
 
 def test_bad_key_is_authentication_error(gateway: RunningGateway, mock: MockUpstream) -> None:
-    with client_for(gateway, api_key="sk-sy-not-a-real-key-000000000000000000000000") as c:
-        with pytest.raises(openai.AuthenticationError) as info:
-            c.chat.completions.create(model="auto", messages=HELLO)
+    bad_key = "sk-sy-not-a-real-key-000000000000000000000000"
+    with client_for(gateway, api_key=bad_key) as c, pytest.raises(openai.AuthenticationError) as info:
+        c.chat.completions.create(model="auto", messages=HELLO)
     assert info.value.status_code == 401
     assert info.value.code == "invalid_api_key"
     assert chat_requests(mock) == []
@@ -294,9 +318,8 @@ def test_missing_key_is_401(gateway: RunningGateway, mock: MockUpstream) -> None
 
 
 def test_tenant_outside_its_models_is_permission_denied(gateway: RunningGateway) -> None:
-    with client_for(gateway, "team-b") as c:
-        with pytest.raises(openai.PermissionDeniedError) as info:
-            c.chat.completions.create(model="restricted", messages=HELLO)
+    with client_for(gateway, "team-b") as c, pytest.raises(openai.PermissionDeniedError) as info:
+        c.chat.completions.create(model="restricted", messages=HELLO)
     assert info.value.status_code == 403
     assert "restricted" in info.value.message
 
@@ -327,7 +350,9 @@ def test_tenant_over_rpm_is_rate_limited_with_retry_after(gateway: RunningGatewa
     assert info.value.status_code == 429
 
 
-def test_upstream_500_everywhere_is_internal_server_error_502(client: openai.OpenAI, mock: MockUpstream) -> None:
+def test_upstream_500_everywhere_is_internal_server_error_502(
+    client: openai.OpenAI, mock: MockUpstream
+) -> None:
     mock.add_fault(kind="status", status=500, model="mock-small", times=10)
     mock.add_fault(kind="status", status=500, model="mock-large", times=10)
     with pytest.raises(openai.InternalServerError) as info:
@@ -387,7 +412,9 @@ def test_exact_cache_hit_on_second_deterministic_request(client: openai.OpenAI, 
     second = client.chat.completions.with_raw_response.create(model="auto", messages=HELLO, temperature=0)
     assert first.headers["x-switchyard-cache"] == "miss"
     assert second.headers["x-switchyard-cache"] == "hit"
-    assert second.parse().choices[0].message.content == first.parse().choices[0].message.content == HELLO_REPLY
+    assert (
+        second.parse().choices[0].message.content == first.parse().choices[0].message.content == HELLO_REPLY
+    )
     assert len(chat_requests(mock)) == 1
 
 
@@ -418,7 +445,9 @@ def test_streaming_request_replays_a_cached_answer_as_sse(client: openai.OpenAI,
     assert text == first.choices[0].message.content == HELLO_REPLY
     assert all(c.object == "chat.completion.chunk" for c in chunks)
     assert chunks[0].choices[0].delta.role == "assistant"
-    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+        "stop"
+    ]
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == first.usage.completion_tokens  # type: ignore[union-attr]
     assert len(chat_requests(mock)) == 1

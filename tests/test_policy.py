@@ -93,11 +93,20 @@ def test_base_policy_is_valid() -> None:
     ("text", "path"),
     [
         (BASE + "bogus: 1\n", "bogus"),
-        (BASE.replace("  auto:\n    targets: [m1, m2]", "  auto:\n    targetz: [m1, m2]"), "routes.auto.targetz"),
-        (BASE.replace("    targets: [m1, m2]\n", "    targets: [m1, m2]\n    retry: 3\n", 1), "routes.auto.retry"),
+        (
+            BASE.replace("  auto:\n    targets: [m1, m2]", "  auto:\n    targetz: [m1, m2]"),
+            "routes.auto.targetz",
+        ),
+        (
+            BASE.replace("    targets: [m1, m2]\n", "    targets: [m1, m2]\n    retry: 3\n", 1),
+            "routes.auto.retry",
+        ),
         (BASE.replace("    type: openai\n", "    type: openai\n    apikey: x\n"), "providers.p.apikey"),
         (BASE.replace("    provider: p\n", "    provider: p\n    prise: 1\n", 1), "models.m1.prise"),
-        (BASE.replace("{input: 1, output: 2}", "{input: 1, output: 2, outptu: 3}", 1), "models.m1.price.outptu"),
+        (
+            BASE.replace("{input: 1, output: 2}", "{input: 1, output: 2, outptu: 3}", 1),
+            "models.m1.price.outptu",
+        ),
         (BASE.replace("[m1, m2]", "[{model: m1, weight: 2}]", 1), "routes.auto.targets[0].weight"),
         (BASE + "    params: {pinned: {temperature: 0}, pinn: {}}\n", "routes.chat.params.pinn"),
         (BASE + "    cache: {mode: always, ttl: 5}\n", "routes.chat.cache.ttl"),
@@ -135,7 +144,11 @@ def test_every_schema_problem_is_reported_at_once() -> None:
         (BASE + "    retries: 11\n", "routes.chat.retries", "less than or equal to 10"),
         (BASE + "    deadline_s: -1\n", "routes.chat.deadline_s", "greater than 0"),
         (BASE.replace("[m1, m2]", "m1", 1), "routes.auto.targets", "valid list"),
-        (BASE.replace("    targets: [m1, m2]\n", "    targets: []\n", 1), "routes.auto.targets", "at least 1"),
+        (
+            BASE.replace("    targets: [m1, m2]\n", "    targets: []\n", 1),
+            "routes.auto.targets",
+            "at least 1",
+        ),
         (BASE.replace("{input: 1,", "{input: cheap,", 1), "models.m1.price.input", "decimal"),
         (BASE.replace("{input: 1,", "{input: -1,", 1), "models.m1.price.input", "greater than or equal to 0"),
         (BASE.replace("type: openai", "type: gemini"), "providers.p.type", "'openai' or 'anthropic'"),
@@ -182,7 +195,9 @@ def test_unknown_tenant_model() -> None:
 
 
 def test_route_mixing_model_kinds() -> None:
-    text = BASE.replace("    price: {input: 1, output: 2}\n", "    kind: embeddings\n    price: {input: 1, output: 2}\n", 1)
+    text = BASE.replace(
+        "    price: {input: 1, output: 2}\n", "    kind: embeddings\n    price: {input: 1, output: 2}\n", 1
+    )
     problems = problems_of(text)
     assert ("routes.auto.targets", "targets mix model kinds ['chat', 'embeddings']") in problems
     assert ("routes.chat.targets", "targets mix model kinds ['chat', 'embeddings']") in problems
@@ -211,7 +226,9 @@ def test_redis_backend_needs_a_url() -> None:
 # ----------------------------------------------------------------------------- ${ENV} references
 def test_missing_env_var_is_named_with_its_path() -> None:
     text = BASE.replace("api_key: sk-test", "api_key: ${SY_TEST_MISSING_KEY}")
-    assert problems_of(text) == [("providers.p.api_key", "environment variable SY_TEST_MISSING_KEY is not set")]
+    assert problems_of(text) == [
+        ("providers.p.api_key", "environment variable SY_TEST_MISSING_KEY is not set")
+    ]
 
 
 def test_missing_env_vars_are_all_reported_with_list_paths() -> None:
@@ -303,6 +320,11 @@ def test_secret_in_a_cross_reference_is_shown_as_its_reference() -> None:
     ]
 
 
+def test_empty_env_value_in_a_cross_reference_keeps_the_message_intact() -> None:
+    text = BASE.replace("    provider: p\n", "    provider: 'x${SY_EMPTY}'\n", 1)
+    assert problems_of(text, env={"SY_EMPTY": ""}) == [("models.m1.provider", "unknown provider 'x'")]
+
+
 def test_default_value_in_a_cross_reference_is_shown() -> None:
     # defaults are written in the file, not secrets: keep the message useful
     text = BASE.replace("    provider: p\n", "    provider: ${SY_PROVIDER:-pp}\n", 1)
@@ -391,7 +413,9 @@ def test_cli_policy_check_prints_every_error_and_exits_1(tmp_path: Path) -> None
 
 def test_cli_policy_check_schema_errors(tmp_path: Path) -> None:
     f = tmp_path / "bad.yaml"
-    f.write_text(BASE.replace("  auto:\n    targets: [m1, m2]", "  auto:\n    targetz: [m1, m2]") + "bogus: 1\n")
+    f.write_text(
+        BASE.replace("  auto:\n    targets: [m1, m2]", "  auto:\n    targetz: [m1, m2]") + "bogus: 1\n"
+    )
     proc = _cli("policy", "check", str(f))
     assert proc.returncode == 1
     assert "routes.auto.targetz: unknown field" in proc.stderr
@@ -510,3 +534,16 @@ def test_route_without_params_passes_the_client_values(gateway: RunningGateway, 
     sent = _upstream_body(mock)
     assert sent["temperature"] == 1.5
     assert "top_p" not in sent
+
+
+def test_parsed_policy_repr_hides_provider_keys_and_headers() -> None:
+    text = BASE.replace(
+        "api_key: sk-test", "api_key: ${SY_CANARY}\n    headers: {x-extra-auth: '${SY_CANARY2}'}"
+    )
+    policy = ok(text, env={"SY_CANARY": CANARY, "SY_CANARY2": "hdr-canary-77aa88bb99cc"})
+    assert policy.providers["p"].api_key == CANARY  # the values are there...
+    assert policy.providers["p"].headers == {"x-extra-auth": "hdr-canary-77aa88bb99cc"}
+    for obj in (policy, policy.providers["p"], policy.providers):
+        shown = repr(obj) + str(obj)
+        assert CANARY not in shown and "hdr-canary" not in shown  # ...but never shown
+    assert "base_url='http://127.0.0.1:9/v1'" in repr(policy.providers["p"])  # the rest still is

@@ -58,10 +58,10 @@ class MemoryCache:
 
     async def set(self, key: str, value: bytes, ttl: float) -> None:
         cost = len(value) + len(key) + 64
+        if key in self._data:
+            self._drop(key)  # even when the new value is not kept: never serve the older one
         if cost > self._max_entry:
             return
-        if key in self._data:
-            self._drop(key)
         self._data[key] = (time.monotonic() + ttl, value)
         self._bytes += cost
         while self._bytes > self._max_bytes and self._data:
@@ -122,10 +122,13 @@ class RedisCache:
         return value if isinstance(value, bytes) else None
 
     async def set(self, key: str, value: bytes, ttl: float) -> None:
-        if len(value) > self._max_entry or not self._available():
+        if not self._available():
             return
         try:
             async with asyncio.timeout(self._timeout):
+                if len(value) > self._max_entry:  # not kept; nor is an older value for this key
+                    await self._client.delete(self.PREFIX + key)
+                    return
                 await self._client.set(self.PREFIX + key, value, px=max(1, int(ttl * 1000)))
         except (RedisError, OSError, TimeoutError):
             self._failed()

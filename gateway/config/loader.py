@@ -66,7 +66,8 @@ def _substitute(
                 return default or ""
             missing.append((yaml_path(path), f"environment variable {name} is not set"))
             return ""
-        used.setdefault(yaml_path(path), []).append((name, value))
+        if value:
+            used.setdefault(yaml_path(path), []).append((name, value))
         return value
 
     return _ENV_REF.sub(repl, node)

@@ -24,8 +24,9 @@ class ServerPolicy(_Strict):
 class ProviderPolicy(_Strict):
     type: Literal["openai", "anthropic"]
     base_url: str
-    api_key: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    # Secrets: kept out of repr/str (reprs end up in logs, tracebacks and debuggers).
+    api_key: str | None = Field(default=None, repr=False)
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)
     # A provider whose key resolved to empty is skipped by the router when it needs a key.
     key_required: bool = True
 

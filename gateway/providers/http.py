@@ -18,6 +18,7 @@ from gateway.core.errors import (
     UpstreamRejectedError,
     UpstreamTimeoutError,
 )
+from gateway.core.redact import redact
 
 
 def new_session() -> aiohttp.ClientSession:
@@ -54,7 +55,8 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
 
 
 def upstream_message(raw: bytes, limit: int = 300) -> str:
-    """The upstream's own error message, if it sent a JSON error, shortened."""
+    """The upstream's own error message, if it sent a JSON error, shortened and scrubbed of
+    anything shaped like a credential (upstreams echo partial keys in auth errors)."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -63,7 +65,7 @@ def upstream_message(raw: bytes, limit: int = 300) -> str:
     msg = err.get("message") if isinstance(err, dict) else (err if isinstance(err, str) else None)
     if not isinstance(msg, str):
         return ""
-    return msg[:limit]
+    return redact(msg[:limit])
 
 
 def status_error(provider: str, status: int, headers: Mapping[str, str], raw: bytes) -> SwitchyardError:

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable
 
-_PATTERNS = [
-    re.compile(r"sk-[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}"),
-    re.compile(r"(?i)(x-api-key['\"]?\s*[:=]\s*['\"]?)[A-Za-z0-9._\-]{8,}"),
-]
+from gateway.core.redact import redact
 
 
 class Redactor:
@@ -18,12 +13,7 @@ class Redactor:
         self._secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, "[REDACTED]")
-        for pattern in _PATTERNS:
-            text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + "[REDACTED]", text)
-        return text
+        return redact(text, self._secrets)
 
 
 class RedactingFilter(logging.Filter):
