@@ -102,13 +102,21 @@ class EmbeddingRequest(_Open):
     dimensions: Annotated[StrictInt, Field(ge=1)] | None = None
 
 
-def _param(loc: tuple[int | str, ...]) -> str:
+def _param(loc: tuple[int | str, ...], data: Any) -> str:
+    """The client's own path to the bad field (``messages[0].role``). Pydantic puts union
+    branch labels (``str``, ``list[ContentPart]``) into locations; only the parts that index
+    the client's JSON are kept."""
     out = ""
+    node = data
     for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif not part.startswith(("function-", "str", "list[", "int", "bool", "float", "dict[", "literal[")):
+        if isinstance(node, dict) and isinstance(part, str):
             out += f".{part}" if out else part
+            if part not in node:
+                break
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            out += f"[{part}]"
+            node = node[part]
     return out
 
 
@@ -122,7 +130,7 @@ def validate(model: type[BaseModel], data: Any) -> None:
         errors = exc.errors(include_url=False, include_input=False)
         # Prefer the error at the deepest path (unions report one error per branch).
         err = max(errors, key=lambda e: len(e["loc"]))
-        param = _param(tuple(err["loc"]))
+        param = _param(tuple(err["loc"]), data)
         if err["type"] == "missing":
             raise BadRequestError(f"Missing required parameter: '{param}'", param=param) from None
         raise BadRequestError(f"Invalid value for '{param}': {err['msg']}", param=param) from None
