@@ -41,6 +41,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         timeout_graceful_shutdown=args.graceful_timeout,
         server_header=False,
+        proxy_headers=False,
     )
     return 0
 

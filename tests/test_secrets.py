@@ -340,3 +340,19 @@ def test_secrets_logged_by_any_code_are_redacted(
     assert "[REDACTED]" in text
     leaked = [s for s in secrets if s in text]
     assert not leaked, f"secrets in the logs: {leaked}"
+
+
+def test_anthropic_mid_stream_error_event_echoing_the_key_is_scrubbed() -> None:
+    """An Anthropic ``error`` event arriving mid-stream becomes the SSE error event the client
+    sees (pipeline._relay relays the exception message). The mock cannot inject such an event,
+    so this drives the pure stream translator directly."""
+    from gateway.core.errors import StreamBrokenError
+    from gateway.providers.anthropic_stream import StreamTranslator
+
+    translator = StreamTranslator("claude-mock", provider="mock-anthropic")
+    translator.feed("message_start", {"type": "message_start", "message": {"id": "msg_1", "usage": {}}})
+    event = {"type": "error", "error": {"type": "api_error", "message": f"bad x-api-key {ANTHROPIC_CANARY}"}}
+    with pytest.raises(StreamBrokenError) as info:
+        translator.feed("error", event)
+    assert "api_error" in info.value.message
+    assert ANTHROPIC_CANARY not in info.value.message
