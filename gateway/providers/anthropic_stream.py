@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from gateway.core.errors import StreamBrokenError
+from gateway.core.redact import redact
 from gateway.core.types import Usage
 from gateway.providers.anthropic_wire import finish_reason, usage_from_anthropic
 
@@ -77,7 +78,7 @@ class StreamTranslator:
         etype = err.get("type") if isinstance(err, dict) else None
         etype = etype if isinstance(etype, str) else "unknown_error"
         detail = err.get("message") if isinstance(err, dict) else None
-        suffix = f": {detail[:300]}" if isinstance(detail, str) and detail else ""
+        suffix = f": {redact(detail[:300])}" if isinstance(detail, str) and detail else ""
         exc = self._broken(f"reported a stream error ({etype}){suffix}")
         exc.retryable = etype in _RETRYABLE_STREAM_ERRORS
         return exc
