@@ -96,7 +96,7 @@ class Pipeline:
         rt = self.runtime
         out = _Outcome("chat", req.model, stream=req.stream)
         try:
-            plan = out.plan = self._admit(rt, req.model, ctx, "chat")
+            plan = self._admit(rt, req.model, ctx, "chat", out)
             body = apply_params(req.body, plan.policy.params)
             key = self._cache_key(plan, body, ctx, out)
             if key is not None and out.cache == "miss":
@@ -121,7 +121,7 @@ class Pipeline:
         rt = self.runtime
         out = _Outcome(endpoint, str(body.get("model")))
         try:
-            plan = out.plan = self._admit(rt, body.get("model"), ctx, endpoint)
+            plan = self._admit(rt, body.get("model"), ctx, endpoint, out)
             body = apply_params(body, plan.policy.params)
 
             async def call(provider: Any, target: Target, timeout: float) -> RawResult:
@@ -140,8 +140,9 @@ class Pipeline:
         return Reply(self._headers(ctx, out), body=orjson.dumps(result.body))
 
     # ----------------------------------------------------------------- steps
-    def _admit(self, rt: Runtime, model: object, ctx: RequestContext, kind: str) -> RoutePlan:
-        plan = rt.router.plan(model, ctx.principal, kind)
+    def _admit(self, rt: Runtime, model: object, ctx: RequestContext, kind: str, out: _Outcome) -> RoutePlan:
+        """Route the request, then apply the tenant's rate limit."""
+        plan = out.plan = rt.router.plan(model, ctx.principal, kind)
         tenant = rt.policy.tenants.get(ctx.principal.tenant)
         if tenant is not None:
             self.limiter.check(ctx.principal.tenant, tenant.rpm)
@@ -311,10 +312,9 @@ class Pipeline:
     def _failed(self, ctx: RequestContext, out: _Outcome, exc: SwitchyardError) -> None:
         exc.message = redact(exc.message, self.runtime.secrets)  # upstreams may echo our keys
         out.status, out.http_status, out.error_code = "error", exc.status, exc.code
-        if out.plan is None:  # refused before routing: no ledger row, only a counter
+        if out.target is None:  # refused before any upstream call
             self.metrics.rejections.labels(exc.code or str(exc.status)).inc()
-            return
-        self._record(ctx, out)
+        self._record(ctx, out)  # every authenticated request gets its ledger row
 
     def _record(self, ctx: RequestContext, out: _Outcome) -> None:
         now = time.perf_counter()

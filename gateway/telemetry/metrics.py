@@ -8,8 +8,8 @@ With several workers, prometheus_client's multiprocess mode aggregates them (see
 from __future__ import annotations
 
 import os
-from typing import Any
 from decimal import Decimal
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess as prom_mp
