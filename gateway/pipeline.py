@@ -41,6 +41,10 @@ class Reply:
     body: bytes | None = None
     stream: AsyncIterator[bytes] | None = None
     status: int = 200
+    # For streams: the API layer awaits this once the response is over, however it ended. It
+    # releases the upstream and records the request if the stream was never iterated (the
+    # client left before the first byte).
+    on_close: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass(slots=True)
@@ -246,7 +250,16 @@ class Pipeline:
 
         stream, iterator, first = await self._attempt(rt, plan, ctx, out, open_stream)
         headers = self._headers(ctx, out)
-        return Reply(headers, stream=self._relay(rt, plan, stream, iterator, first, req, ctx, out, key))
+        relay = self._relay(rt, plan, stream, iterator, first, req, ctx, out, key)
+
+        async def on_close() -> None:
+            if out.ttft is None and "recorded" not in ctx.extra:
+                out.status, out.http_status = "client_disconnected", 499
+                out.usage = stream.usage or Usage(estimate_tokens(_prompt_chars(req.body)), 0, estimated=True)
+                self._record(ctx, out)
+                await stream.aclose()
+
+        return Reply(headers, stream=relay, on_close=on_close)
 
     async def _relay(
         self,
@@ -317,6 +330,7 @@ class Pipeline:
         self._record(ctx, out)  # every authenticated request gets its ledger row
 
     def _record(self, ctx: RequestContext, out: _Outcome) -> None:
+        ctx.extra["recorded"] = True
         now = time.perf_counter()
         total = now - ctx.started
         plan, target, usage = out.plan, out.target, out.usage

@@ -232,3 +232,38 @@ def test_client_disconnect_is_recorded_with_partial_usage(
     assert row["status"] == "client_disconnected"
     assert row["usage_estimated"] == 1
     assert row["output_tokens"] is not None and 0 < int(str(row["output_tokens"])) < 50
+
+
+def test_client_disconnect_during_upstream_stall_is_noticed_at_once(tmp_path: Path, mock: MockUpstream) -> None:
+    """The gateway must not wait for the upstream's next chunk to notice the client left."""
+    policy = f"""
+providers:
+  mock: {{type: openai, base_url: "{mock.base_url}/v1", api_key: k}}
+models:
+  a: {{provider: mock, upstream: mock-a, price: {{input: 1, output: 1}}}}
+routes:
+  r: {{targets: [a], stream_idle_timeout_s: 30}}
+"""
+    gw = start_gateway(tmp_path, policy)
+    try:
+        mock.add_fault(kind="stall_mid_stream", after_chunks=3, seconds=8, model="mock-a")
+        body = {"model": "r", "messages": [{"role": "user", "content": "x"}], "stream": True}
+        with (
+            httpx.Client(timeout=10) as client,
+            client.stream("POST", gw.base_url + "/chat/completions", json=body, headers=gw.headers()) as resp,
+        ):
+            seen = 0
+            for line in resp.iter_lines():
+                seen += line.startswith("data: ")
+                if seen >= 2:
+                    break
+        left = time.monotonic()
+        rows: list[dict[str, object]] = []
+        while time.monotonic() - left < 3 and not rows:
+            time.sleep(0.05)
+            rows = gw.ledger_rows()
+        assert rows, "no ledger row within 3 s of the client leaving (the upstream stalls for 8 s)"
+        assert rows[-1]["status"] == "client_disconnected"
+    finally:
+        mock.clear_faults()
+        gw.stop()

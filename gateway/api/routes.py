@@ -7,9 +7,10 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from gateway.api.auth import require_admin
+from gateway.api.sse import SSEResponse
 from gateway.api.state import AppState
 from gateway.api.wire import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, validate
 from gateway.core.errors import BadRequestError, PayloadTooLargeError
@@ -54,7 +55,7 @@ async def _json_body(request: Request, limit: int) -> Any:
 def _render(reply: Reply) -> Response:
     if reply.stream is not None:
         headers = {**reply.headers, "cache-control": "no-cache", "x-accel-buffering": "no"}
-        return StreamingResponse(reply.stream, media_type="text/event-stream", headers=headers)
+        return SSEResponse(reply.stream, headers, reply.on_close)
     return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type=JSON)
 
 
