@@ -18,6 +18,7 @@ from gateway.config.settings import Settings
 def cmd_serve(args: argparse.Namespace) -> int:
     if args.policy:
         os.environ["SWITCHYARD_POLICY"] = str(Path(args.policy).resolve())
+    os.environ["SWITCHYARD_LOG_LEVEL"] = args.log_level
     settings = Settings.from_env()
     try:
         load_policy(settings.policy_path)

@@ -26,8 +26,21 @@ from gateway.telemetry.metrics import Metrics
 log = logging.getLogger("switchyard")
 
 
+def _configure_logging(level: str) -> None:
+    """Give the "switchyard" logger a handler in uvicorn's style unless logging is already set
+    up (a host application, or pytest, configured the root logger)."""
+    logger = logging.getLogger("switchyard")
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     [switchyard] %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(level.upper())
+        logger.propagate = False
+
+
 def create_app(settings: Settings | None = None) -> FastPath:
     settings = settings or Settings.from_env()
+    _configure_logging(settings.log_level)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
