@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
+from pydantic import BaseModel
 from starlette.responses import Response
 
 from gateway.api.auth import require_admin
@@ -14,7 +15,7 @@ from gateway.api.sse import SSEResponse
 from gateway.api.state import AppState
 from gateway.api.wire import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, validate
 from gateway.core.errors import BadRequestError, PayloadTooLargeError
-from gateway.core.types import ChatRequest
+from gateway.core.types import ChatRequest, RequestContext
 from gateway.pipeline import Reply
 
 router = APIRouter()
@@ -59,12 +60,20 @@ def _render(reply: Reply) -> Response:
     return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type=JSON)
 
 
-@router.post("/v1/chat/completions")
-async def chat_completions(request: Request) -> Response:
+async def _admitted(
+    request: Request, wire: type[BaseModel]
+) -> tuple[AppState, RequestContext, dict[str, Any]]:
+    """Authenticate, read the body within the size limit, validate it against ``wire``."""
     state = _state(request)
     ctx = state.context(request)
     data = await _json_body(request, state.pipeline.runtime.policy.server.max_body_bytes)
-    validate(ChatCompletionRequest, data)
+    validate(wire, data)
+    return state, ctx, data
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    state, ctx, data = await _admitted(request, ChatCompletionRequest)
     opts = data.get("stream_options")
     req = ChatRequest(
         body=data,
@@ -76,19 +85,13 @@ async def chat_completions(request: Request) -> Response:
 
 @router.post("/v1/completions")
 async def completions(request: Request) -> Response:
-    state = _state(request)
-    ctx = state.context(request)
-    data = await _json_body(request, state.pipeline.runtime.policy.server.max_body_bytes)
-    validate(CompletionRequest, data)
+    state, ctx, data = await _admitted(request, CompletionRequest)
     return _render(await state.pipeline.passthrough("completions", data, ctx))
 
 
 @router.post("/v1/embeddings")
 async def embeddings(request: Request) -> Response:
-    state = _state(request)
-    ctx = state.context(request)
-    data = await _json_body(request, state.pipeline.runtime.policy.server.max_body_bytes)
-    validate(EmbeddingRequest, data)
+    state, ctx, data = await _admitted(request, EmbeddingRequest)
     return _render(await state.pipeline.passthrough("embeddings", data, ctx))
 
 
