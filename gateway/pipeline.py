@@ -73,6 +73,25 @@ def _prompt_chars(body: dict[str, Any]) -> int:
     return len(orjson.dumps(body.get("messages") or body.get("prompt") or body.get("input") or ""))
 
 
+def _completion_chars(completion: dict[str, Any]) -> int:
+    chars = 0
+    for choice in completion.get("choices") or ():
+        message = choice.get("message") or {}
+        chars += len(message.get("content") or "")
+        for call in message.get("tool_calls") or ():
+            chars += len((call.get("function") or {}).get("arguments") or "")
+    return chars
+
+
+def _estimate(body: dict[str, Any], output_chars: int) -> Usage:
+    """Usage counted locally (marked estimated) for an upstream that reported none."""
+    return Usage(
+        input_tokens=estimate_tokens(_prompt_chars(body)),
+        output_tokens=estimate_tokens(output_chars) if output_chars else 0,
+        estimated=True,
+    )
+
+
 def sse(obj: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
@@ -111,6 +130,8 @@ class Pipeline:
                 return await self._chat_stream(rt, plan, body, req, ctx, out, key)
             result = await self._attempt(rt, plan, ctx, out, lambda p, t, s: p.chat(body, t, s))
             out.usage = result.usage
+            if result.usage.input_tokens is None or result.usage.output_tokens is None:
+                out.usage = _estimate(body, _completion_chars(result.body))
             payload = orjson.dumps(result.body)
             if key is not None and _cacheable_result(result.body):
                 self._cache_set(rt, key, payload, plan)
@@ -255,7 +276,7 @@ class Pipeline:
         async def on_close() -> None:
             if out.ttft is None and "recorded" not in ctx.extra:
                 out.status, out.http_status = "client_disconnected", 499
-                out.usage = stream.usage or Usage(estimate_tokens(_prompt_chars(req.body)), 0, estimated=True)
+                out.usage = stream.usage or _estimate(req.body, 0)
                 self._record(ctx, out)
                 await stream.aclose()
 
@@ -292,21 +313,13 @@ class Pipeline:
             message = redact(exc.message, rt.secrets)
             yield sse({"error": {"message": message, "type": exc.type, "param": None, "code": exc.code}})
         finally:
-            out.usage = stream.usage or self._estimate(req.body, assembler)
+            out.usage = stream.usage or _estimate(req.body, assembler.content_chars)
             if out.status == "client_disconnected":
                 out.http_status = 499
             self._record(ctx, out)
             if out.status == "ok" and key is not None:
                 self._cache_set(rt, key, orjson.dumps(assembler.completion()), plan)
             await stream.aclose()
-
-    @staticmethod
-    def _estimate(body: dict[str, Any], assembler: StreamAssembler) -> Usage:
-        return Usage(
-            input_tokens=estimate_tokens(_prompt_chars(body)),
-            output_tokens=estimate_tokens(assembler.content_chars) if assembler.content_chars else 0,
-            estimated=True,
-        )
 
     # ----------------------------------------------------------------- bookkeeping
     def _headers(self, ctx: RequestContext, out: _Outcome) -> dict[str, str]:

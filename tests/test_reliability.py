@@ -267,3 +267,23 @@ routes:
     finally:
         mock.clear_faults()
         gw.stop()
+
+
+def test_missing_upstream_usage_is_estimated_and_marked(gateway: RunningGateway, mock: MockUpstream) -> None:
+    body = {
+        "id": "chatcmpl-x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "mock-small",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "a" * 40}, "finish_reason": "stop", "logprobs": None}
+        ],
+    }
+    mock.add_fault(kind="status", status=200, body=body, model="mock-small")
+    r = gateway.post("/v1/chat/completions", CHAT)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "a" * 40
+    row = gateway.ledger_rows()[-1]
+    assert row["usage_estimated"] == 1
+    assert row["output_tokens"] == 10  # 40 characters, 4 a token
+    assert row["input_tokens"] and row["input_tokens"] > 0
+    assert row["cost_usd"] is not None
