@@ -234,7 +234,9 @@ def test_client_disconnect_is_recorded_with_partial_usage(
     assert row["output_tokens"] is not None and 0 < int(str(row["output_tokens"])) < 50
 
 
-def test_client_disconnect_during_upstream_stall_is_noticed_at_once(tmp_path: Path, mock: MockUpstream) -> None:
+def test_client_disconnect_during_upstream_stall_is_noticed_at_once(
+    tmp_path: Path, mock: MockUpstream
+) -> None:
     """The gateway must not wait for the upstream's next chunk to notice the client left."""
     policy = f"""
 providers:
@@ -276,7 +278,12 @@ def test_missing_upstream_usage_is_estimated_and_marked(gateway: RunningGateway,
         "created": 1,
         "model": "mock-small",
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "a" * 40}, "finish_reason": "stop", "logprobs": None}
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "a" * 40},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
         ],
     }
     mock.add_fault(kind="status", status=200, body=body, model="mock-small")

@@ -22,9 +22,7 @@ def canonical_key(tenant: str, route: str, endpoint: str, body: dict[str, Any]) 
         value = canon.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
             canon[name] = float(value)
-    material = orjson.dumps(
-        {"t": tenant, "r": route, "e": endpoint, "b": canon}, option=orjson.OPT_SORT_KEYS
-    )
+    material = orjson.dumps({"t": tenant, "r": route, "e": endpoint, "b": canon}, option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(material).hexdigest()
 
 
