@@ -88,7 +88,9 @@ class RunningGateway:
         self.thread.join(timeout=15)
 
 
-def start_gateway(tmp: Path, policy_text: str, *, redis_url: str | None = None) -> RunningGateway:
+def start_gateway(
+    tmp: Path, policy_text: str, *, redis_url: str | None = None, policy_watch_s: float = 0.0
+) -> RunningGateway:
     home = tmp / "home"
     home.mkdir(parents=True, exist_ok=True)
     policy_path = tmp / "policy.yaml"
@@ -100,6 +102,7 @@ def start_gateway(tmp: Path, policy_text: str, *, redis_url: str | None = None) 
         ledger_url=f"sqlite:///{home / 'ledger.db'}",
         redis_url=redis_url,
         log_level="warning",
+        policy_watch_s=policy_watch_s,
     )
     port = free_port()
     config = uvicorn.Config(

@@ -17,7 +17,7 @@ import httpx2 as httpx
 import pytest
 
 from load_tests.mock_upstream import MockUpstream
-from tests.gateway_harness import ADMIN_KEY, RunningGateway, free_port, mock_policy
+from tests.gateway_harness import ADMIN_KEY, RunningGateway, free_port, mock_policy, start_gateway
 
 REPO = Path(__file__).resolve().parent.parent
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
@@ -362,3 +362,31 @@ def test_serve_with_invalid_yaml_exits_with_a_line_number(tmp_path: Path) -> Non
     )
     assert proc.returncode != 0
     assert "invalid YAML: line 4" in proc.stderr, proc.stderr
+
+
+def test_policy_file_watcher_reloads_without_a_signal(tmp_path: Path, mock: MockUpstream) -> None:
+    """Every worker watches the policy file, so multi-worker servers and ConfigMap updates
+    converge; a broken file is refused and the running policy keeps serving."""
+    gw = start_gateway(tmp_path, mock_policy(mock.base_url), policy_watch_s=0.1)
+    try:
+
+        def routes() -> set[str]:
+            r = gw.get("/v1/models", headers=gw.headers())
+            return {m["id"] for m in r.json()["data"]}
+
+        assert "watched" not in routes()
+        gw.write_policy(
+            mock_policy(mock.base_url).replace("routes:\n", "routes:\n  watched: {targets: [small]}\n", 1)
+        )
+        deadline = time.monotonic() + 5
+        while "watched" not in routes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "watched" in routes()
+        gw.write_policy("routes: [not, a, mapping")
+        time.sleep(0.5)
+        assert "watched" in routes(), "a broken file must keep the running policy"
+        metrics = gw.get("/metrics").text
+        assert 'switchyard_policy_reloads_total{result="error"} 1.0' in metrics
+        assert 'switchyard_policy_reloads_total{result="ok"} 1.0' in metrics
+    finally:
+        gw.stop()

@@ -63,8 +63,10 @@ def create_app(settings: Settings | None = None) -> FastPath:
         loop = asyncio.get_running_loop()
         sighup = False
         with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
-            loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(state.reload()))
+            loop.add_signal_handler(signal.SIGHUP, lambda: state.spawn(state.reload()))
             sighup = True
+        if settings.policy_watch_s > 0:
+            state.spawn(state.watch_policy(settings.policy_watch_s))
         log.info(
             "switchyard %s ready: policy %s, ledger %s",
             __version__,

@@ -6,7 +6,10 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from starlette.requests import Request
 
@@ -26,6 +29,14 @@ log = logging.getLogger("switchyard")
 RETIRE_GRACE_S = 120.0
 
 
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
 @dataclass(slots=True)
 class AppState:
     settings: Settings
@@ -34,7 +45,7 @@ class AppState:
     ledger: SQLiteLedger
     metrics: Metrics
     reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     id_prefix: str = field(default_factory=lambda: os.urandom(6).hex())
     counter: int = 0
 
@@ -55,6 +66,24 @@ class AppState:
         admin = self.settings.admin_key.get() if self.settings.admin_key else ""
         install(Redactor((*self.pipeline.runtime.secrets, admin)))
 
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run a background task owned by the app (cancelled at shutdown)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def watch_policy(self, interval: float) -> None:
+        """Reload when the policy file changes (every worker process watches on its own, so
+        `--workers N` and Kubernetes ConfigMap updates converge without a signal)."""
+        path = self.settings.policy_path
+        last = _file_stamp(path)
+        while True:
+            await asyncio.sleep(interval)
+            stamp = _file_stamp(path)
+            if stamp != last and stamp is not None:
+                last = stamp
+                await self.reload()
+
     async def reload(self) -> list[tuple[str, str]]:
         """Load the policy file again. On any problem keep the running policy and return the
         problems; an empty list means the new policy is live."""
@@ -74,7 +103,5 @@ class AppState:
             self.metrics.policy_reloads.labels("ok").inc()
             log.info("policy reloaded from %s", self.settings.policy_path)
             if retired:
-                task = asyncio.get_running_loop().create_task(close_later(retired, RETIRE_GRACE_S))
-                self.tasks.add(task)
-                task.add_done_callback(self.tasks.discard)
+                self.spawn(close_later(retired, RETIRE_GRACE_S))
             return []

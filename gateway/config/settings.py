@@ -47,6 +47,7 @@ class Settings:
     ledger_url: str
     redis_url: str | None
     log_level: str
+    policy_watch_s: float = 2.0  # 0 disables watching the policy file for changes
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -61,6 +62,7 @@ class Settings:
             ledger_url=env.get("SWITCHYARD_LEDGER") or f"sqlite:///{home / 'ledger.db'}",
             redis_url=env.get("SWITCHYARD_REDIS_URL") or None,
             log_level=env.get("SWITCHYARD_LOG_LEVEL", "info"),
+            policy_watch_s=float(env.get("SWITCHYARD_POLICY_WATCH_S") or 2.0),
         )
 
     @property
