@@ -38,8 +38,10 @@ def _make_provider(name: str, p: ProviderPolicy) -> Provider:
 
 
 def _make_cache(c: CachePolicy, redis_url: str | None, on_error: Callable[[], None] | None) -> ExactCache:
-    url = c.redis_url or redis_url
-    if c.backend == "redis" and url:
+    """Redis when SWITCHYARD_REDIS_URL is set (deployments share one Redis across replicas)
+    or when the policy asks for it; otherwise the in-process LRU."""
+    url = redis_url or (c.redis_url if c.backend == "redis" else None)
+    if url:
         return RedisCache(url, c.redis_timeout_s, c.max_entry_bytes, on_error=on_error)
     return MemoryCache(c.max_bytes, c.max_entry_bytes)
 

@@ -296,3 +296,17 @@ def _metric(text: str, name: str, **labels: str) -> float | None:
         if m and m.group(1) == name and set(filter(None, (m.group(2) or "").split(","))) == want:
             return float(m.group(3))
     return None
+
+
+def test_env_redis_url_overrides_the_policy_backend(
+    tmp_path: Path, mock: MockUpstream, redis_server: redis.Redis
+) -> None:
+    """SWITCHYARD_REDIS_URL (Settings.redis_url) puts the exact cache in Redis even when the
+    policy says memory: replicas of one deployment share it without editing the policy."""
+    gw = start_gateway(tmp_path, mock_policy(mock.base_url), redis_url=REDIS_URL)
+    try:
+        assert gw.app_state.pipeline.runtime.cache.backend == "redis"
+        r = gw.get("/readyz")
+        assert r.status_code == 200 and r.json()["checks"]["redis"] is True
+    finally:
+        gw.stop()
