@@ -12,7 +12,12 @@ from pathlib import Path
 
 from gateway import __version__, cli_admin
 from gateway.config.loader import PolicyError, load_policy
+from gateway.config.policy import Policy
 from gateway.config.settings import Settings
+from gateway.core.errors import SwitchyardError
+from gateway.core.types import Principal
+from gateway.routing.params import apply_params
+from gateway.routing.router import Router
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -80,6 +85,64 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_policy_simulate(args: argparse.Namespace) -> int:
+    """Show how a policy would route one request: targets in fallback order, what is skipped,
+    the parameters the route applies, and its cache, retry and timeout settings."""
+    try:
+        policy = load_policy(Path(args.file))
+        principal = Principal(args.tenant, None, _allowed(policy, args.tenant))
+        plan = Router(policy).plan(args.model, principal, args.kind)
+    except PolicyError as exc:
+        print(exc.render(), file=sys.stderr)
+        return 1
+    except SwitchyardError as exc:
+        print(f"{exc.status} {exc.code or exc.type}: {exc.message}", file=sys.stderr)
+        return 1
+    try:
+        body = json.loads(args.body) if args.body else {}
+    except json.JSONDecodeError as exc:
+        print(f"--body is not valid JSON: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(body, dict):
+        print("--body must be a JSON object", file=sys.stderr)
+        return 2
+    route = plan.policy
+    result = {
+        "model": args.model,
+        "tenant": args.tenant,
+        "route": plan.name if plan.is_route else None,
+        "targets": [
+            {"model": t.model, "provider": t.provider, "upstream_model": t.upstream_model}
+            for t in plan.targets
+        ],
+        "skipped_providers_without_key": list(plan.unconfigured),
+        "baseline": plan.baseline.model if plan.baseline else None,
+        "params_sent": {
+            k: v for k, v in apply_params(body, route.params).items() if k not in ("model", "messages")
+        },
+        "cache_mode": route.cache.mode,
+        "retries_per_target": route.retries,
+        "attempt_timeout_s": route.attempt_timeout_s,
+        "deadline_s": route.deadline_s,
+    }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for key, value in result.items():
+        if key == "targets":
+            print("targets (fallback order):")
+            for i, t in enumerate(plan.targets, 1):
+                print(f"  {i}. {t.model} via {t.provider} (upstream model {t.upstream_model})")
+        else:
+            print(f"{key}: {value}")
+    return 0
+
+
+def _allowed(policy: Policy, tenant: str) -> frozenset[str] | None:
+    tp = policy.tenants.get(tenant)
+    return None if tp is None or "*" in tp.models else frozenset(tp.models)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description="Cost-aware LLM gateway")
     parser.add_argument("--version", action="version", version=f"switchyard {__version__}")
@@ -99,11 +162,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
 
     policy = sub.add_parser("policy", help="policy tools")
-    psub = policy.add_subparsers(dest="policy_command", metavar="{check}")
+    psub = policy.add_subparsers(dest="policy_command", metavar="{check,simulate}")
     check = psub.add_parser("check", help="validate a policy file; print every error with its YAML path")
     check.add_argument("file")
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(func=cmd_policy_check)
+    simulate = psub.add_parser("simulate", help="show how a request for MODEL would be routed")
+    simulate.add_argument("file")
+    simulate.add_argument("--model", required=True, help="route or catalog model the client sends")
+    simulate.add_argument("--tenant", default="default", help="tenant making the request")
+    simulate.add_argument("--kind", default="chat", choices=["chat", "completions", "embeddings"])
+    simulate.add_argument(
+        "--body", default=None, help="request parameters as JSON, e.g. '{\"temperature\": 2}'"
+    )
+    simulate.add_argument("--json", action="store_true", help="print one JSON object")
+    simulate.set_defaults(func=cmd_policy_simulate)
 
     def policy_help(_args: argparse.Namespace) -> int:
         policy.print_help()
