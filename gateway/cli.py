@@ -12,7 +12,6 @@ from pathlib import Path
 
 from gateway import __version__, cli_admin
 from gateway.config.loader import PolicyError, load_policy
-from gateway.config.policy import Policy
 from gateway.config.settings import Settings
 from gateway.core.errors import SwitchyardError
 from gateway.core.types import Principal
@@ -90,7 +89,7 @@ def cmd_policy_simulate(args: argparse.Namespace) -> int:
     the parameters the route applies, and its cache, retry and timeout settings."""
     try:
         policy = load_policy(Path(args.file))
-        principal = Principal(args.tenant, None, _allowed(policy, args.tenant))
+        principal = Principal(args.tenant, None, policy.allowed_models(args.tenant))
         plan = Router(policy).plan(args.model, principal, args.kind)
     except PolicyError as exc:
         print(exc.render(), file=sys.stderr)
@@ -136,11 +135,6 @@ def cmd_policy_simulate(args: argparse.Namespace) -> int:
         else:
             print(f"{key}: {value}")
     return 0
-
-
-def _allowed(policy: Policy, tenant: str) -> frozenset[str] | None:
-    tp = policy.tenants.get(tenant)
-    return None if tp is None or "*" in tp.models else frozenset(tp.models)
 
 
 def build_parser() -> argparse.ArgumentParser:

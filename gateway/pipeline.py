@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from gateway.cache.keys import canonical_key, is_deterministic
-from gateway.cache.replay import StreamAssembler, completion_to_chunks
+from gateway.cache.replay import StreamAssembler, completion_chars, completion_to_chunks
 from gateway.core.errors import StreamBrokenError, SwitchyardError, UpstreamError
 from gateway.core.redact import redact
 from gateway.core.types import ChatRequest, ChatStream, RawResult, RequestContext, Target, Usage
@@ -73,16 +73,6 @@ def _prompt_chars(body: dict[str, Any]) -> int:
     return len(orjson.dumps(body.get("messages") or body.get("prompt") or body.get("input") or ""))
 
 
-def _completion_chars(completion: dict[str, Any]) -> int:
-    chars = 0
-    for choice in completion.get("choices") or ():
-        message = choice.get("message") or {}
-        chars += len(message.get("content") or "")
-        for call in message.get("tool_calls") or ():
-            chars += len((call.get("function") or {}).get("arguments") or "")
-    return chars
-
-
 def _estimate(body: dict[str, Any], output_chars: int) -> Usage:
     """Usage counted locally (marked estimated) for an upstream that reported none."""
     return Usage(
@@ -131,7 +121,7 @@ class Pipeline:
             result = await self._attempt(rt, plan, ctx, out, lambda p, t, s: p.chat(body, t, s))
             out.usage = result.usage
             if result.usage.input_tokens is None or result.usage.output_tokens is None:
-                out.usage = _estimate(body, _completion_chars(result.body))
+                out.usage = _estimate(body, completion_chars(result.body))
             payload = orjson.dumps(result.body)
             if key is not None and _cacheable_result(result.body):
                 self._cache_set(rt, key, payload, plan)

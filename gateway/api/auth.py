@@ -39,9 +39,7 @@ def authenticate(headers: Headers, policy: Policy, keys: KeyCache) -> Principal:
 
 
 def _principal(tenant: str, key_id: str | None, policy: Policy) -> Principal:
-    tp = policy.tenants.get(tenant)
-    allowed = None if tp is None or "*" in tp.models else frozenset(tp.models)
-    return Principal(tenant=tenant, key_id=key_id, allowed_models=allowed)
+    return Principal(tenant=tenant, key_id=key_id, allowed_models=policy.allowed_models(tenant))
 
 
 def require_admin(headers: Headers, admin_key: Secret | None) -> None:

@@ -125,6 +125,11 @@ class Policy(_Strict):
     cache: CachePolicy = Field(default_factory=CachePolicy)
     breaker: BreakerPolicy = Field(default_factory=BreakerPolicy)
 
+    def allowed_models(self, tenant: str) -> frozenset[str] | None:
+        """The routes/models a tenant may call; None means every one the policy exposes."""
+        tp = self.tenants.get(tenant)
+        return None if tp is None or "*" in tp.models else frozenset(tp.models)
+
     def cross_reference_errors(self) -> list[tuple[str, str]]:
         """(yaml path, message) for every dangling reference."""
         errors: list[tuple[str, str]] = []

@@ -30,7 +30,6 @@ MAX_RETRY_AFTER_S = 20.0  # a longer Retry-After moves on to the next target
 class AttemptOutcome(Generic[T]):
     value: T
     target: Target
-    attempts: int
 
 
 def backoff_delay(attempt: int, base: float = 0.1, cap: float = 2.0) -> float:
@@ -48,7 +47,6 @@ async def run_with_fallback(
 ) -> AttemptOutcome[T]:
     policy = plan.policy
     deadline = started + policy.deadline_s
-    attempts = 0
     last: SwitchyardError | None = None
     for target in plan.targets:
         breaker = breakers.get(target.model)
@@ -61,7 +59,6 @@ async def run_with_fallback(
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 raise UpstreamTimeoutError(f"deadline of {policy.deadline_s:g}s for '{plan.name}' exceeded")
-            attempts += 1
             try:
                 value = await call(target, min(policy.attempt_timeout_s, remaining))
             except UpstreamRejectedError:
@@ -80,6 +77,6 @@ async def run_with_fallback(
                 await asyncio.sleep(delay)
                 continue
             breaker.success()
-            return AttemptOutcome(value, target, attempts)
+            return AttemptOutcome(value, target)
     assert last is not None
     raise last
