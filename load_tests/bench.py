@@ -142,6 +142,12 @@ async def run_all(endpoints: list[Endpoint], runs: int, durations: Durations) ->
     return out
 
 
+def _env_item(text: str) -> str:
+    if "=" not in text or text.startswith("="):
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return text
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m load_tests.bench", description="gateway overhead benchmark")
     p.add_argument("--quick", action="store_true", help="one short run of each scenario (well under 60 s)")
@@ -149,6 +155,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=None, help="repetitions (default 3, or 1 with --quick)")
     p.add_argument("--direct-only", action="store_true", help="measure only the mock (no gateway)")
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
+    p.add_argument(
+        "--gateway-env",
+        action="append",
+        default=[],
+        type=_env_item,
+        metavar="NAME=VALUE",
+        help="extra environment for the gateway, e.g. SWITCHYARD_FASTPATH=0 (repeatable)",
+    )
     return p.parse_args(argv)
 
 
@@ -170,7 +184,8 @@ def bench(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     if load_cpus:
         os.sched_setaffinity(0, load_cpus)  # this process (the load generator) and the mock it spawns
     started = time.time()
-    gateway_info: dict[str, Any] = {"error": None}
+    gateway_env = dict(item.split("=", 1) for item in args.gateway_env)
+    gateway_info: dict[str, Any] = {"error": None, "env": gateway_env}
     mock = MockProcess.start(load_cpus)
     gateway: GatewayProcess | None = None
     try:
@@ -178,7 +193,9 @@ def bench(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         with tempfile.TemporaryDirectory(prefix="switchyard-bench-") as home:
             if not args.direct_only:
                 try:
-                    gateway, key = GatewayProcess.start(Path(home), mock.port, secrets.token_hex(16), gw_cpus)
+                    gateway, key = GatewayProcess.start(
+                        Path(home), mock.port, secrets.token_hex(16), gw_cpus, extra_env=gateway_env
+                    )
                     endpoints.append(
                         Endpoint("gateway", gateway.url, "bench", {"authorization": f"Bearer {key}"})
                     )

@@ -174,12 +174,20 @@ class GatewayProcess:
 
     @classmethod
     def start(
-        cls, home: Path, mock_port: int, admin_key: str, cpus: set[int] | None, timeout: float = 60.0
+        cls,
+        home: Path,
+        mock_port: int,
+        admin_key: str,
+        cpus: set[int] | None,
+        timeout: float = 60.0,
+        extra_env: dict[str, str] | None = None,
     ) -> tuple[GatewayProcess, str]:
         """Write the policy, create a client key, start ``switchyard serve``; returns (gateway, key)."""
         policy = home / "policy.yaml"
         policy.write_text(POLICY_TEMPLATE.format(mock_port=mock_port))
-        env = env_with_root({"SWITCHYARD_HOME": str(home), "SWITCHYARD_ADMIN_KEY": admin_key})
+        env = env_with_root(
+            {"SWITCHYARD_HOME": str(home), "SWITCHYARD_ADMIN_KEY": admin_key, **(extra_env or {})}
+        )
         key = create_key(env)
         port = free_port()
         log_path = home / "gateway.log"

@@ -89,7 +89,12 @@ class RunningGateway:
 
 
 def start_gateway(
-    tmp: Path, policy_text: str, *, redis_url: str | None = None, policy_watch_s: float = 0.0
+    tmp: Path,
+    policy_text: str,
+    *,
+    redis_url: str | None = None,
+    policy_watch_s: float = 0.0,
+    fastpath: bool = True,
 ) -> RunningGateway:
     home = tmp / "home"
     home.mkdir(parents=True, exist_ok=True)
@@ -103,6 +108,7 @@ def start_gateway(
         redis_url=redis_url,
         log_level="warning",
         policy_watch_s=policy_watch_s,
+        fastpath=fastpath,
     )
     port = free_port()
     config = uvicorn.Config(

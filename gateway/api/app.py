@@ -94,4 +94,4 @@ def create_app(settings: Settings | None = None) -> FastPath:
     )
     install_error_handlers(app)
     app.include_router(router)
-    return FastPath(app, HOT_ROUTES)
+    return FastPath(app, HOT_ROUTES if settings.fastpath else {})

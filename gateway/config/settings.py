@@ -48,6 +48,7 @@ class Settings:
     redis_url: str | None
     log_level: str
     policy_watch_s: float = 2.0  # 0 disables watching the policy file for changes
+    fastpath: bool = True  # dispatch hot routes without FastAPI's middleware (0: off, to measure it)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -63,6 +64,7 @@ class Settings:
             redis_url=env.get("SWITCHYARD_REDIS_URL") or None,
             log_level=env.get("SWITCHYARD_LOG_LEVEL", "info"),
             policy_watch_s=float(env.get("SWITCHYARD_POLICY_WATCH_S") or 2.0),
+            fastpath=env.get("SWITCHYARD_FASTPATH", "1") not in ("0", "false", "off"),
         )
 
     @property
