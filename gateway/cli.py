@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway import __version__, cli_admin
+from gateway import __version__, cli_admin, cli_router, cli_semcache
 from gateway.config.loader import PolicyError, load_policy
 from gateway.config.settings import Settings
 from gateway.core.errors import SwitchyardError
@@ -179,6 +179,23 @@ def build_parser() -> argparse.ArgumentParser:
     policy.set_defaults(func=policy_help)
 
     cli_admin.register(sub)
+    cli_router.register(sub)  # `train router`, `router score`
+    cli_semcache.register_train(sub)  # `train semcache` (after `train router`: same group)
+    from engine.cli import register as register_engine  # the engine tooling; lazy: `engine` only here
+
+    register_engine(sub)
+
+    evaluation = sub.add_parser("eval", help="evaluate the semantic cache or the router on labelled data")
+    esub = evaluation.add_subparsers(dest="eval_command", metavar="{semcache,router}")
+    # Each feature module registers its own `eval` subcommand on `esub` (one line each below).
+    cli_router.register_eval(esub)  # `eval router`
+    cli_semcache.register_eval(esub)  # `eval semcache`
+
+    def eval_help(_args: argparse.Namespace) -> int:
+        evaluation.print_help()
+        return 2
+
+    evaluation.set_defaults(func=eval_help)
     return parser
 
 

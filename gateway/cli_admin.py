@@ -1,4 +1,6 @@
-"""The ``switchyard keys ...`` and ``switchyard spend`` commands (wired in by ``gateway.cli``).
+"""The ``switchyard keys ...``, ``budgets ...``, ``spend`` and ``savings`` commands (wired in by
+``gateway.cli``). They work on the local state (``SWITCHYARD_HOME``: keys.db, the ledger); a
+running gateway picks key limits up within seconds.
 
 Each command's ``func`` takes the parsed ``args`` and returns an exit code: 0 done, 1 failed
 (e.g. revoking an unknown key, an unreadable ledger), 2 bad input (message on stderr).
@@ -7,16 +9,33 @@ Each command's ``func`` takes the parsed ``args`` and returns an exit code: 0 do
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sqlite3
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
 from typing import Any, cast
 
 from gateway.config.settings import Settings
-from gateway.ledger.report import GROUP_BY_CHOICES, GroupBy, format_table, parse_since, spend, to_json
-from gateway.limits.keys import KeyRecord, KeyStore
+from gateway.ledger.query import LedgerUnavailable
+from gateway.ledger.report import (
+    BUCKETS,
+    GROUP_BY_CHOICES,
+    GROUPS,
+    GroupBy,
+    format_table,
+    parse_since,
+    savings_by_cause,
+    spend,
+    spend_series,
+    spent_since,
+    to_csv,
+    to_json,
+)
+from gateway.limits.keys import KeyLimits, KeyRecord, KeyStore
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -34,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     create.add_argument("--tenant", required=True, help="tenant the key belongs to")
     create.add_argument("--name", default=None, help="a label for the key")
     create.add_argument("--json", action="store_true", help="print one JSON object")
+    _limit_args(create)
     create.set_defaults(func=cmd_keys_create)
 
     lst = sub.add_parser("list", help="list keys (ids only, never the keys)")
@@ -47,11 +67,47 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     revoke.set_defaults(func=cmd_keys_revoke)
 
     sp: argparse.ArgumentParser = subparsers.add_parser("spend", help="spend report from the ledger")
-    sp.add_argument("--by", choices=GROUP_BY_CHOICES, default="model", help="group rows by")
+    sp.add_argument("--by", "--group-by", dest="by", choices=GROUPS, default="model", help="group by")
+    sp.add_argument("--bucket", choices=BUCKETS, default=None, help="time buckets: hour, day, month, none")
+    sp.add_argument("--csv", action="store_true", help="print CSV rows (one per bucket and group)")
     sp.add_argument("--since", default="24h", help="window: 90s, 30m, 24h, 7d or 'all' (default 24h)")
     sp.add_argument("--ledger", default=None, help="ledger URL (default: $SWITCHYARD_LEDGER)")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=cmd_spend)
+
+    sv: argparse.ArgumentParser = subparsers.add_parser("savings", help="savings by cause from the ledger")
+    sv.add_argument("--since", default="30d", help="window: 90s, 30m, 24h, 7d or 'all' (default 30d)")
+    sv.add_argument("--bucket", choices=BUCKETS, default="none", help="time buckets (default none)")
+    sv.add_argument("--ledger", default=None, help="ledger URL (default: $SWITCHYARD_LEDGER)")
+    sv.add_argument("--json", action="store_true", help="print one JSON object")
+    sv.add_argument("--csv", action="store_true", help="print CSV")
+    sv.set_defaults(func=cmd_savings)
+
+    budgets: argparse.ArgumentParser = subparsers.add_parser("budgets", help="USD budgets and key limits")
+    budgets.set_defaults(func=_help_of(budgets))
+    bsub = budgets.add_subparsers(title="budgets commands", metavar="{list,set}")
+    blist = bsub.add_parser("list", help="every budget (policy and keys) with what its period spent")
+    blist.add_argument("--policy", default=None, help="policy YAML (default: $SWITCHYARD_POLICY)")
+    blist.add_argument("--ledger", default=None, help="ledger URL (default: $SWITCHYARD_LEDGER)")
+    blist.add_argument("--json", action="store_true", help="print one JSON object")
+    blist.add_argument("--csv", action="store_true", help="print CSV")
+    blist.set_defaults(func=cmd_budgets_list)
+    bset = bsub.add_parser("set", help="set a key's budgets and rate limits (omitted ones are removed)")
+    bset.add_argument("key_id", metavar="KEY_ID")
+    _limit_args(bset)
+    bset.add_argument("--json", action="store_true", help="print one JSON object")
+    bset.set_defaults(func=cmd_budgets_set)
+
+
+def _limit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--daily-usd", type=Decimal, default=None, help="USD budget per UTC day")
+    p.add_argument("--monthly-usd", type=Decimal, default=None, help="USD budget per calendar month")
+    p.add_argument("--rpm", type=int, default=None, help="requests per minute")
+    p.add_argument("--tpm", type=int, default=None, help="tokens per minute")
+
+
+def _limits_of(args: argparse.Namespace) -> KeyLimits:
+    return KeyLimits(args.rpm, args.tpm, args.daily_usd, args.monthly_usd)
 
 
 def _help_of(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
@@ -95,7 +151,9 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     try:
         with _store() as store:
             key, rec = store.create(args.tenant, args.name)
-    except ValueError as exc:
+            if not _limits_of(args).empty:
+                store.set_limits(rec.key_id, _limits_of(args))
+    except (ValueError, InvalidOperation) as exc:
         return _fail(str(exc))
     except sqlite3.Error as exc:
         return _fail(f"key store: {exc}", EXIT_FAILED)
@@ -143,18 +201,119 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _window(text: str | None) -> float | None:
+    return None if text in (None, "all") else parse_since(str(text))
+
+
+def _url(args: argparse.Namespace) -> str:
+    return str(args.ledger or Settings.from_env().ledger_url)
+
+
+def _series_out(
+    args: argparse.Namespace, name: str, rows: list[dict[str, Any]], extra: dict[str, Any]
+) -> None:
+    if args.csv:
+        print(to_csv(rows), end="")
+    elif args.json:
+        _print_json({**extra, name: rows})
+    else:
+        cols = list(rows[0]) if rows else []
+        table = [cols] + [[str(r[c]) for c in cols] for r in rows]
+        widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
+        for row in table:
+            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
 def cmd_spend(args: argparse.Namespace) -> int:
     since: str | None = None if args.since in (None, "all") else str(args.since)
+    series = args.bucket is not None or args.csv or args.by not in GROUP_BY_CHOICES
     try:
-        since_seconds = None if since is None else parse_since(since)
-        url = args.ledger or Settings.from_env().ledger_url
-        lines = spend(url, cast(GroupBy, args.by), since_seconds)
+        since_seconds = _window(since)
+        url = _url(args)
+        if series:
+            bucket = args.bucket or "none"
+            rows = spend_series(url, args.by, bucket, since_seconds)
+        else:
+            lines = spend(url, cast(GroupBy, args.by), since_seconds)
+    except ValueError as exc:
+        return _fail(str(exc))
+    except LedgerUnavailable as exc:
+        return _fail(str(exc), EXIT_FAILED)
+    except sqlite3.Error as exc:
+        return _fail(f"ledger: {exc}", EXIT_FAILED)
+    if series:
+        _series_out(args, "spend", rows, {"group_by": args.by, "bucket": bucket, "since": since})
+    elif args.json:
+        _print_json(to_json(lines, args.by, since))
+    else:
+        print(format_table(lines, args.by))
+    return EXIT_OK
+
+
+def cmd_savings(args: argparse.Namespace) -> int:
+    try:
+        rows = savings_by_cause(_url(args), args.bucket, _window(args.since))
     except ValueError as exc:
         return _fail(str(exc))
     except sqlite3.Error as exc:
         return _fail(f"ledger: {exc}", EXIT_FAILED)
+    _series_out(args, "savings", rows, {"bucket": args.bucket, "since": args.since})
+    return EXIT_OK
+
+
+def cmd_budgets_set(args: argparse.Namespace) -> int:
+    try:
+        with _store() as store:
+            found = store.set_limits(args.key_id, _limits_of(args))
+    except ValueError as exc:
+        return _fail(str(exc))
+    except sqlite3.Error as exc:
+        return _fail(f"key store: {exc}", EXIT_FAILED)
+    if not found:
+        return _fail(f"no active key with id {args.key_id!r}", EXIT_FAILED)
+    lim = _limits_of(args)
+    out = {"key_id": args.key_id, "rpm": lim.rpm, "tpm": lim.tpm}
+    out |= {"daily_usd": _money(lim.daily_usd), "monthly_usd": _money(lim.monthly_usd)}
     if args.json:
-        _print_json(to_json(lines, args.by, since))
+        _print_json(out)
     else:
-        print(format_table(lines, args.by))
+        print(" ".join(f"{k}={v if v is not None else '-'}" for k, v in out.items()))
+    return EXIT_OK
+
+
+def _money(value: Decimal | None) -> str | None:
+    return None if value is None else f"{value:f}"
+
+
+def cmd_budgets_list(args: argparse.Namespace) -> int:
+    """Budgets from the policy and the key store, with what each period spent per the ledger
+    (a running gateway's reservations in flight are not included)."""
+    from gateway.config.loader import PolicyError, load_policy
+    from gateway.limits.gate import Limits
+
+    settings = Settings.from_env()
+    try:
+        policy = load_policy(Path(args.policy) if args.policy else settings.policy_path)
+    except PolicyError as exc:
+        print(exc.render(), file=sys.stderr)
+        return EXIT_USAGE
+    url = _url(args)
+    try:
+        with _store() as store:
+            limits = Limits(key_limits=store.all_limits)
+
+            async def run() -> list[dict[str, Any]]:
+                await limits.seed(policy, lambda scope, since: spent_since(url, scope, since))
+                return await limits.status(policy)
+
+            rows = asyncio.run(run())
+    except ValueError as exc:
+        return _fail(str(exc))
+    except sqlite3.Error as exc:
+        return _fail(f"store: {exc}", EXIT_FAILED)
+    for row in rows:
+        row["resets_at"] = _iso(row["resets_at"])
+        for k in ("limit_usd", "spent_usd", "remaining_usd"):
+            row[k] = _money(row[k])
+    _series_out(args, "budgets", rows, {})
     return EXIT_OK

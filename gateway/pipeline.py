@@ -4,23 +4,28 @@ fallbacks, breakers) -> meter -> ledger, cache, metrics. Handlers call it; it kn
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from gateway.cache.keys import canonical_key, is_deterministic
-from gateway.cache.replay import StreamAssembler, completion_chars, completion_to_chunks
+from gateway.cache.replay import StreamAssembler, completion_to_chunks
+from gateway.cache.semantic_key import last_user_text
+from gateway.cache.semantic_layer import SemanticLayer, SemanticResult
 from gateway.core.errors import StreamBrokenError, SwitchyardError, UpstreamError
 from gateway.core.redact import redact
 from gateway.core.types import ChatRequest, ChatStream, RawResult, RequestContext, Target, Usage
 from gateway.core.types import usage_from_openai as read_usage
+from gateway.ledger.meter import estimate_usage, savings_cause
 from gateway.ledger.pricing import cost_of
 from gateway.ledger.row import LedgerRow
 from gateway.ledger.store import SQLiteLedger
+from gateway.limits.gate import Limits
 from gateway.limits.ratelimit import RpmLimiter
 from gateway.routing.attempts import run_with_fallback
 from gateway.routing.breaker import BreakerBoard
@@ -28,9 +33,14 @@ from gateway.routing.params import apply_params
 from gateway.routing.router import RoutePlan
 from gateway.runtime import Runtime
 from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.prompt_log import log_exchange
+from gateway.telemetry.tracing import RequestFacts, RequestTracer
 
+log = logging.getLogger("switchyard")
 DONE = b"data: [DONE]\n\n"
+_R = TypeVar("_R")
 ZERO = Decimal("0E-10")
+CACHE_HITS = ("hit", "semantic_hit")  # answered from a cache: cost 0, no upstream
 
 
 @dataclass(slots=True)
@@ -62,24 +72,17 @@ class _Outcome:
     error_code: str | None = None
     ttft: float | None = None
     stream: bool = False
+    semantic: SemanticResult | None = None  # the semantic-cache lookup, when the route ran one
+    embedding: Any = None  # float32 (384,) vector of the last user message (shared with the classifier)
 
 
-def estimate_tokens(chars: int) -> int:
-    """Rough token count (4 characters a token) for when an upstream reports no usage."""
-    return max(1, (chars + 3) // 4)
-
-
-def _prompt_chars(body: dict[str, Any]) -> int:
-    return len(orjson.dumps(body.get("messages") or body.get("prompt") or body.get("input") or ""))
-
-
-def _estimate(body: dict[str, Any], output_chars: int) -> Usage:
-    """Usage counted locally (marked estimated) for an upstream that reported none."""
-    return Usage(
-        input_tokens=estimate_tokens(_prompt_chars(body)),
-        output_tokens=estimate_tokens(output_chars) if output_chars else 0,
-        estimated=True,
-    )
+def _estimate(
+    body: dict[str, Any], completion: dict[str, Any] | None, target: Target | None, reported: Usage | None
+) -> Usage:
+    """Usage counted with the served model's tokenizer (marked estimated) for an upstream that
+    reported none (or only part: what it did report is kept)."""
+    model = target.upstream_model if target is not None else str(body.get("model") or "")
+    return estimate_usage(body, completion, model, reported)
 
 
 def sse(obj: dict[str, Any]) -> bytes:
@@ -102,7 +105,10 @@ class Pipeline:
             runtime.policy.breaker.failure_threshold, runtime.policy.breaker.open_seconds
         )
         self.limiter = limiter or RpmLimiter()
+        self.limits = Limits()  # rate limits + budgets; the app replaces it (Redis, key store)
+        self.tracer: RequestTracer | None = None  # OpenTelemetry, when configured
         self._background: set[asyncio.Task[None]] = set()
+        self.semantic = SemanticLayer()  # embedder + semantic cache, loaded on first use; app replaces it
 
     # ----------------------------------------------------------------- entry points
     async def chat(self, req: ChatRequest, ctx: RequestContext) -> Reply:
@@ -110,26 +116,36 @@ class Pipeline:
         out = _Outcome("chat", req.model, stream=req.stream)
         try:
             plan = self._admit(rt, req.model, ctx, "chat", out)
+            await self.limits.admit(rt.policy, ctx.principal.tenant, ctx.principal.key_id)
             body = apply_params(req.body, plan.policy.params)
             key = self._cache_key(plan, body, ctx, out)
             if key is not None and out.cache == "miss":
                 hit = await self._cache_get(rt, key)
                 if hit is not None:
-                    return self._replay(hit, req, ctx, out)
+                    return await self._durable(ctx, self._replay(hit, req, ctx, out))
+                sem = await self._semantic_get(rt, plan, body, ctx, out)
+                if sem is not None and sem.lookup.payload is not None:
+                    reply = self._replay(sem.lookup.payload, req, ctx, out, "semantic_hit")
+                    return await self._durable(ctx, reply)
+            plan = await self._classify(plan, body, ctx, out)
+            plan = await self._reserve(rt, plan, body, ctx, out)
             if req.stream:
                 return await self._chat_stream(rt, plan, body, req, ctx, out, key)
             result = await self._attempt(rt, plan, ctx, out, lambda p, t, s: p.chat(body, t, s))
             out.usage = result.usage
             if result.usage.input_tokens is None or result.usage.output_tokens is None:
-                out.usage = _estimate(body, completion_chars(result.body))
+                out.usage = _estimate(body, result.body, out.target, result.usage)
             payload = orjson.dumps(result.body)
+            log_exchange(rt.policy, ctx.request_id, ctx.principal.tenant, body, result.body)
             if key is not None and _cacheable_result(result.body):
                 self._cache_set(rt, key, payload, plan)
+                self._semantic_set(rt, plan, out, payload)
         except SwitchyardError as exc:
             self._failed(ctx, out, exc)
+            await self._durable(ctx, None)
             raise
         self._record(ctx, out)
-        return Reply(self._headers(ctx, out), body=payload)
+        return await self._durable(ctx, Reply(self._headers(ctx, out), body=payload))
 
     async def passthrough(self, endpoint: str, body: dict[str, Any], ctx: RequestContext) -> Reply:
         """/v1/completions and /v1/embeddings: routed, retried, metered; not cached."""
@@ -137,7 +153,9 @@ class Pipeline:
         out = _Outcome(endpoint, str(body.get("model")))
         try:
             plan = self._admit(rt, body.get("model"), ctx, endpoint, out)
+            await self.limits.admit(rt.policy, ctx.principal.tenant, ctx.principal.key_id)
             body = apply_params(body, plan.policy.params)
+            plan = await self._reserve(rt, plan, body, ctx, out)
 
             async def call(provider: Any, target: Target, timeout: float) -> RawResult:
                 if endpoint == "embeddings":
@@ -150,18 +168,42 @@ class Pipeline:
             out.usage = result.usage
         except SwitchyardError as exc:
             self._failed(ctx, out, exc)
+            await self._durable(ctx, None)
             raise
         self._record(ctx, out)
-        return Reply(self._headers(ctx, out), body=orjson.dumps(result.body))
+        return await self._durable(ctx, Reply(self._headers(ctx, out), body=orjson.dumps(result.body)))
 
     # ----------------------------------------------------------------- steps
     def _admit(self, rt: Runtime, model: object, ctx: RequestContext, kind: str, out: _Outcome) -> RoutePlan:
-        """Route the request, then apply the tenant's rate limit."""
+        """Route the request (rate limits follow in ``limits.admit``)."""
         plan = out.plan = rt.router.plan(model, ctx.principal, kind)
-        tenant = rt.policy.tenants.get(ctx.principal.tenant)
-        if tenant is not None:
-            self.limiter.check(ctx.principal.tenant, tenant.rpm)
         return plan
+
+    async def _classify(
+        self, plan: RoutePlan, body: dict[str, Any], ctx: RequestContext, out: _Outcome
+    ) -> RoutePlan:
+        """Routes with a classifier: score the last user message (reusing the semantic cache's
+        vector) and try the tier the score picks first (gateway/routing/tiers.py)."""
+        if plan.auto is None:
+            return plan
+        choice = await plan.auto.choose(plan, last_user_text(body), out.embedding, self.semantic.embedder)
+        ctx.extra["classifier_score"], ctx.extra["route_decision"] = choice.score, choice.tier
+        out.plan = choice.plan
+        return choice.plan
+
+    async def _reserve(
+        self, rt: Runtime, plan: RoutePlan, body: dict[str, Any], ctx: RequestContext, out: _Outcome
+    ) -> RoutePlan:
+        """Reserve the worst-case cost on the budgets; spill to the route's fallback if asked."""
+        plans = [plan]
+        spill = plan.policy.on_budget_exceeded.spill_to
+        if spill is not None:
+            plans.append(rt.router.plan(spill, ctx.principal, plan.kind))
+        cands = [self.limits.candidate(rt.policy, p.name, p.kind, p.policy, p.targets) for p in plans]
+        p = ctx.principal
+        index, ctx.extra["budget"] = await self.limits.reserve(rt.policy, p.tenant, p.key_id, body, cands)
+        out.plan = plans[index]
+        return plans[index]
 
     def _cache_key(
         self, plan: RoutePlan, body: dict[str, Any], ctx: RequestContext, out: _Outcome
@@ -189,10 +231,44 @@ class Pipeline:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _replay(self, hit: bytes, req: ChatRequest, ctx: RequestContext, out: _Outcome) -> Reply:
-        out.cache = "hit"
+    async def _semantic_get(
+        self, rt: Runtime, plan: RoutePlan, body: dict[str, Any], ctx: RequestContext, out: _Outcome
+    ) -> SemanticResult | None:
+        """After an exact miss, on routes with ``semantic_cache.enabled``: embed once, look up.
+        Any failure (model, Redis) is a miss, never a failed request."""
+        if not plan.policy.semantic_cache.enabled:
+            return None
+        try:
+            sem = await self.semantic.lookup(rt.policy, plan.name, ctx.principal.tenant, body)
+        except Exception:
+            log.exception("semantic cache lookup failed; served as a miss")
+            self.metrics.cache.labels("semantic_miss").inc()
+            return None
+        if sem is None:
+            return None
+        out.semantic, out.embedding = sem, sem.vector
+        self.metrics.semantic_lookup.labels(plan.name).observe(sem.seconds)
+        self.metrics.cache.labels("semantic_hit" if sem.lookup.hit else "semantic_miss").inc()
+        return sem
+
+    def _semantic_set(self, rt: Runtime, plan: RoutePlan, out: _Outcome, payload: bytes) -> None:
+        if out.semantic is not None and not out.semantic.lookup.hit:
+            cfg = plan.policy.semantic_cache
+            ttl = cfg.ttl_s or plan.policy.cache.ttl_s or rt.policy.cache.ttl_s
+            try:
+                self.semantic.store(out.semantic, payload, ttl)
+            except Exception:
+                log.exception("semantic cache store failed")
+
+    def _replay(
+        self, hit: bytes, req: ChatRequest, ctx: RequestContext, out: _Outcome, status: str = "hit"
+    ) -> Reply:
+        out.cache = status
         completion = orjson.loads(hit)
-        out.usage = read_usage(completion.get("usage")) or Usage()
+        usage = read_usage(completion.get("usage"))
+        if usage is None or usage.input_tokens is None:  # first metered by estimate: again, for the baseline
+            usage = _estimate(req.body, completion, out.plan.baseline if out.plan else None, usage)
+        out.usage = usage
         out.target = None
         self._record(ctx, out)
         headers = self._headers(ctx, out)
@@ -228,6 +304,7 @@ class Pipeline:
         def on_error(target: Target, exc: SwitchyardError) -> None:
             self.metrics.upstream_errors.labels(target.provider, target.model, exc.code or "error").inc()
 
+        plan = rt.engines.spill(plan, self.metrics.count_spillover)  # saturated engines go last
         outcome = await run_with_fallback(plan, call, self.breakers, started=ctx.started, on_error=on_error)
         out.target = outcome.target
         return outcome.value
@@ -266,7 +343,7 @@ class Pipeline:
         async def on_close() -> None:
             if out.ttft is None and "recorded" not in ctx.extra:
                 out.status, out.http_status = "client_disconnected", 499
-                out.usage = stream.usage or _estimate(req.body, 0)
+                out.usage = stream.usage or _estimate(req.body, None, out.target, None)
                 self._record(ctx, out)
                 await stream.aclose()
 
@@ -297,18 +374,25 @@ class Pipeline:
                     continue  # the usage-only chunk the client did not ask for
                 yield sse(chunk)
             out.status = "ok"
+            completion = assembler.completion()
+            log_exchange(rt.policy, ctx.request_id, ctx.principal.tenant, req.body, completion)
+            out.usage = stream.usage or _estimate(req.body, completion, out.target, None)
+            self._record(ctx, out)
+            await self._durable(ctx, None)  # the ledger row is committed before [DONE] goes out
+            if key is not None:
+                self._cache_set(rt, key, orjson.dumps(completion), plan)
+                self._semantic_set(rt, plan, out, orjson.dumps(completion))
             yield DONE
         except (UpstreamError, StreamBrokenError) as exc:
             out.status, out.http_status, out.error_code = "stream_broken", 502, exc.code
             message = redact(exc.message, rt.secrets)
             yield sse({"error": {"message": message, "type": exc.type, "param": None, "code": exc.code}})
         finally:
-            out.usage = stream.usage or _estimate(req.body, assembler.content_chars)
-            if out.status == "client_disconnected":
-                out.http_status = 499
-            self._record(ctx, out)
-            if out.status == "ok" and key is not None:
-                self._cache_set(rt, key, orjson.dumps(assembler.completion()), plan)
+            if "recorded" not in ctx.extra:  # broken or abandoned (an ok stream recorded above)
+                out.usage = stream.usage or _estimate(req.body, assembler.completion(), out.target, None)
+                if out.status == "client_disconnected":
+                    out.http_status = 499
+                self._record(ctx, out)
             await stream.aclose()
 
     # ----------------------------------------------------------------- bookkeeping
@@ -317,6 +401,9 @@ class Pipeline:
             "x-request-id": ctx.request_id,
             "x-switchyard-cache": "bypass" if out.cache in ("off", "bypass") else out.cache,
         }
+        if out.cache == "semantic_hit" and out.semantic is not None:
+            headers["x-switchyard-cache"] = "semantic"
+            headers["x-switchyard-semantic-score"] = f"{out.semantic.lookup.score:.3f}"
         if out.plan is not None:
             headers["x-switchyard-route"] = out.plan.name
         if out.target is not None:
@@ -338,16 +425,17 @@ class Pipeline:
         total = now - ctx.started
         plan, target, usage = out.plan, out.target, out.usage
         route = plan.name if plan is not None else ""
-        served = target if out.cache != "hit" else None
+        served = target if out.cache not in CACHE_HITS else None
         cost = cost_of(usage, served.price, output_expected=out.endpoint != "embeddings") if served else None
-        if out.cache == "hit":
+        if out.cache in CACHE_HITS:
             cost = ZERO
+        self._settle(ctx, out, cost)
         baseline = None
         if plan is not None and plan.baseline is not None:
             base_usage = Usage(usage.input_tokens, usage.output_tokens)  # baseline: no cache discount
             baseline = cost_of(base_usage, plan.baseline.price, output_expected=out.endpoint != "embeddings")
-        model_label = served.model if served else ("cache" if out.cache == "hit" else "none")
-        provider_label = served.provider if served else ("cache" if out.cache == "hit" else "none")
+        model_label = served.model if served else ("cache" if out.cache in CACHE_HITS else "none")
+        provider_label = served.provider if served else ("cache" if out.cache in CACHE_HITS else "none")
         m = self.metrics
         m.requests.labels(out.endpoint, route, model_label, provider_label, out.status, out.cache).inc()
         stream_label = "true" if out.stream else "false"
@@ -365,7 +453,14 @@ class Pipeline:
             if usage.output_tokens:
                 m.tokens.labels(route, served.model, "output").inc(usage.output_tokens)
             m.record_cost(ctx.principal.tenant, route, served.model, served.provider, cost)
-        self.ledger.write(
+        if self.tracer is not None:
+            self._trace(ctx, out, route, served, cost, baseline)
+        base_model = plan.baseline.model if plan is not None and plan.baseline is not None else None
+        cause = savings_cause(out.cache, served, cost, baseline, base_model)
+        if cause != "none" and baseline is not None and cost is not None:
+            m.record_savings(ctx.principal.tenant, route, cause, baseline - cost)
+        # Committed by the writer thread's next group commit; _durable() awaits it.
+        ctx.extra["ledger_commit"] = self.ledger.submit(
             LedgerRow(
                 request_id=ctx.request_id,
                 ts=ctx.started_wall,
@@ -391,11 +486,56 @@ class Pipeline:
                 http_status=out.http_status,
                 error_code=out.error_code,
                 attempts=ctx.attempts,
-                classifier_score=None,
+                classifier_score=ctx.extra.get("classifier_score"),
+                savings_cause=cause,
+                route_decision=ctx.extra.get("route_decision"),
             )
         )
 
+    async def _durable(self, ctx: RequestContext, reply: _R) -> _R:
+        """Wait until this request's ledger row is committed, then hand back ``reply``: a
+        client never sees a complete response whose row a crash could still lose. (The ledger
+        gives up waiting after its ``wait_timeout`` when the disk keeps failing.)"""
+        commit = ctx.extra.pop("ledger_commit", None)
+        if commit is not None:
+            await commit
+        return reply
+
+    def _trace(
+        self,
+        ctx: RequestContext,
+        out: _Outcome,
+        route: str,
+        served: Target | None,
+        cost: Decimal | None,
+        baseline: Decimal | None,
+    ) -> None:
+        assert self.tracer is not None
+        provider = self.runtime.policy.providers.get(served.provider) if served else None
+        self.tracer.record(
+            RequestFacts(
+                ctx.request_id, ctx.started_wall, out.endpoint, out.requested, route, served,
+                provider.type if provider else None, out.usage, cost, baseline, out.cache,
+                out.status, out.http_status, out.error_code, ctx.principal.tenant,
+            )
+        )  # fmt: skip
+
+    def _settle(self, ctx: RequestContext, out: _Outcome, cost: Decimal | None) -> None:
+        """Budgets: settle the reservation to the real cost (release it on failure); charge the
+        tokens to the key's tokens-per-minute limit."""
+        reservation = ctx.extra.pop("budget", None)
+        usage, target = out.usage, out.target
+        if target is None or out.cache in CACHE_HITS or out.status == "error":
+            self.limits.release(reservation)
+            return
+        tokens = (usage.input_tokens or 0) + (usage.output_tokens or 0)
+        self.limits.record_tokens(self.runtime.policy, ctx.principal.key_id, tokens)
+        if reservation is not None:
+            self.limits.settle(reservation, cost)
+
     async def aclose(self) -> None:
+        await self.limits.aclose()
+        await self.semantic.aclose()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 

@@ -13,6 +13,9 @@ from gateway.config.policy import CachePolicy, Policy, ProviderPolicy
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.base import Provider
 from gateway.providers.openai_compat import OpenAICompatProvider
+from gateway.providers.replicated import ReplicatedProvider
+from gateway.routing.balancer import ReplicaBalancer
+from gateway.routing.engine_load import EngineBoard
 from gateway.routing.router import Router
 
 log = logging.getLogger("switchyard")
@@ -25,13 +28,33 @@ class Runtime:
     providers: dict[str, Provider]
     cache: ExactCache
     secrets: tuple[str, ...] = field(repr=False)  # provider keys, for redaction
+    engines: EngineBoard = field(default_factory=EngineBoard)  # engine load probe state
 
 
 def _provider_key(p: ProviderPolicy) -> tuple[object, ...]:
-    return (p.type, p.base_url, p.api_key, tuple(sorted(p.headers.items())))
+    return (p.type, p.base_url, p.api_key, tuple(sorted(p.headers.items())), *_engine_key(p))
 
 
-def _make_provider(name: str, p: ProviderPolicy) -> Provider:
+def _engine_key(p: ProviderPolicy) -> tuple[object, ...]:
+    return (tuple(p.replicas), p.balance, p.affinity) if p.replicas else ()
+
+
+def _make_engine(name: str, p: ProviderPolicy, engines: EngineBoard) -> Provider:
+    """An engine with replicas: one OpenAI-compatible client per replica behind a balancer."""
+    balancer = ReplicaBalancer(
+        p.replicas,
+        p.balance,
+        prefix_chars=p.affinity.prefix_chars,
+        load_factor=p.affinity.load_factor,
+        available=lambda url: engines.replica_available(name, url),
+    )
+    clients = [OpenAICompatProvider(name, url, p.api_key, p.headers) for url in p.replicas]
+    return ReplicatedProvider(name, clients, balancer)
+
+
+def _make_provider(name: str, p: ProviderPolicy, engines: EngineBoard | None = None) -> Provider:
+    if p.replicas and engines is not None:
+        return _make_engine(name, p, engines)
     if p.type == "anthropic":
         return AnthropicProvider(name, p.base_url, p.api_key, p.headers)
     return OpenAICompatProvider(name, p.base_url, p.api_key, p.headers)
@@ -55,6 +78,8 @@ def build_runtime(
     """A runtime for ``policy``, plus the old parts no longer used (to close after a grace)."""
     providers: dict[str, Provider] = {}
     retired: list[object] = []
+    engines = previous.engines if previous is not None else EngineBoard()
+    engines.configure(policy)
     old_keys = (
         {n: _provider_key(previous.policy.providers[n]) for n in previous.providers} if previous else {}
     )
@@ -62,7 +87,7 @@ def build_runtime(
         if previous is not None and old_keys.get(name) == _provider_key(cfg):
             providers[name] = previous.providers[name]
         else:
-            providers[name] = _make_provider(name, cfg)
+            providers[name] = _make_provider(name, cfg, engines)
     if previous is not None:
         retired += [p for n, p in previous.providers.items() if providers.get(n) is not p]
     if previous is not None and previous.policy.cache == policy.cache:
@@ -75,13 +100,16 @@ def build_runtime(
     if unconfigured:
         log.warning("providers without an API key are skipped by the router: %s", ", ".join(unconfigured))
     secrets = tuple(p.api_key for p in policy.providers.values() if p.api_key)
-    return Runtime(policy, Router(policy), providers, cache, secrets), retired
+    return Runtime(policy, Router(policy), providers, cache, secrets, engines), retired
 
 
 async def close_later(parts: list[object], delay: float) -> None:
-    """Close retired providers/caches once in-flight requests had time to finish."""
-    await asyncio.sleep(delay)
-    await close_parts(parts)
+    """Close retired providers/caches once in-flight requests had time to finish (at once
+    when the gateway shuts down first and cancels this task)."""
+    try:
+        await asyncio.sleep(delay)
+    finally:
+        await close_parts(parts)
 
 
 async def close_parts(parts: list[object]) -> None:

@@ -12,9 +12,16 @@ from tests.gateway_harness import RunningGateway, mock_policy, start_gateway
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+@pytest.fixture(scope="session")
+def shared_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder per test session for the embedder's ONNX export (made once, ~15 s)."""
+    return tmp_path_factory.mktemp("models")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_model_dir: Path) -> None:
     monkeypatch.setenv("SWITCHYARD_HOME", str(tmp_path / "sy-home"))
+    monkeypatch.setenv("SWITCHYARD_MODEL_DIR", str(shared_model_dir))
     for var in (
         "OPENAI_API_KEY",
         "ANTHROPIC_API_KEY",

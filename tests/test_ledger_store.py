@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.ledger.postgres import PostgresLedger
 from gateway.ledger.row import LedgerRow
 from gateway.ledger.sqlite import TABLE, ledger_path, read_rows
 from gateway.ledger.store import SQLiteLedger, open_ledger
@@ -81,9 +82,15 @@ def ledger(tmp_path: Path) -> Iterator[SQLiteLedger]:
 def test_schema_wal_and_migrations(ledger: SQLiteLedger) -> None:
     with reader(ledger.path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [(1,), (2,)]
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"ix_ledger_ts", "ix_ledger_tenant_ts", "ix_ledger_served_model_ts"} <= names
+    assert {
+        "ux_ledger_request_id",
+        "ix_ledger_key_ts",
+        "ix_ledger_route_ts",
+        "ix_ledger_tenant_model_ts",
+    } <= names
     assert ledger.healthy()
 
 
@@ -93,7 +100,7 @@ def test_second_start_on_same_file_is_idempotent(ledger: SQLiteLedger) -> None:
     other.write(make_row(1))
     other.close()
     with reader(ledger.path) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == 1
+        assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == 2
     assert count(ledger.path) == 1
 
 
@@ -225,8 +232,11 @@ def test_open_ledger_urls(tmp_path: Path) -> None:
     assert ledger_path(f"sqlite:///{target}") == target
     assert ledger_path(str(target)) == target
     assert ledger_path("sqlite:///rel/ledger.db") == Path("rel/ledger.db")
-    with pytest.raises(ValueError, match="PostgreSQL ledger"):
-        open_ledger("postgresql://user@localhost/db")
+    pg = open_ledger("postgresql://user@localhost/db", home=tmp_path / "home")
+    assert isinstance(pg, PostgresLedger)  # not started: nothing is opened or created yet
+    assert pg.path == tmp_path / "home" / "ledger-outbox.db" and not pg.path.exists()
+    with pytest.raises(ValueError, match="names no SQLite file"):
+        ledger_path("postgresql://user@localhost/db")
     with pytest.raises(ValueError):
         open_ledger("mysql://x/y")
     with pytest.raises(ValueError):

@@ -11,10 +11,13 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from gateway import __version__
+from gateway.api import admin, dashboard
 from gateway.api.errors import install_error_handlers
 from gateway.api.fastpath import FastPath
+from gateway.api.overload import AdmissionGate
 from gateway.api.routes import HOT_ROUTES, router
 from gateway.api.state import AppState
+from gateway.cache.semantic_layer import SemanticLayer
 from gateway.config.loader import load_policy
 from gateway.config.settings import Settings
 from gateway.ledger.store import open_ledger
@@ -38,7 +41,7 @@ def _configure_logging(level: str) -> None:
         logger.propagate = False
 
 
-def create_app(settings: Settings | None = None) -> FastPath:
+def create_app(settings: Settings | None = None) -> AdmissionGate:
     settings = settings or Settings.from_env()
     _configure_logging(settings.log_level)
 
@@ -48,7 +51,7 @@ def create_app(settings: Settings | None = None) -> FastPath:
         metrics = Metrics()
         runtime, _ = build_runtime(policy, None, settings.redis_url, metrics.count_cache_error)
         settings.home.mkdir(parents=True, exist_ok=True)
-        ledger = open_ledger(settings.ledger_url)
+        ledger = open_ledger(settings.ledger_url, home=settings.home)  # postgresql://: outbox in home
         ledger.start()
         key_store = KeyStore(settings.keys_db)
         state = AppState(
@@ -60,6 +63,11 @@ def create_app(settings: Settings | None = None) -> FastPath:
         )
         state.redact_with_current_secrets()
         app.state.sy = state
+        state.pipeline.semantic = SemanticLayer(
+            settings.redis_url, home=settings.home, on_redis_error=metrics.count_cache_error
+        )
+        state.spawn(state.pipeline.semantic.warm(policy))  # loads the embedder only if a route uses it
+        await admin.start(app, state)  # limits (Redis), budget seeding, tracing
         loop = asyncio.get_running_loop()
         sighup = False
         with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
@@ -67,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastPath:
             sighup = True
         if settings.policy_watch_s > 0:
             state.spawn(state.watch_policy(settings.policy_watch_s))
+        state.spawn(runtime.engines.run(metrics.record_engine))  # engine /metrics probe (idle if none)
         log.info(
             "switchyard %s ready: policy %s, ledger %s",
             __version__,
@@ -79,8 +88,10 @@ def create_app(settings: Settings | None = None) -> FastPath:
             if sighup:
                 loop.remove_signal_handler(signal.SIGHUP)
             await state.pipeline.aclose()
+            await admin.stop(state)
             for task in list(state.tasks):
                 task.cancel()
+            await asyncio.gather(*state.tasks, return_exceptions=True)  # let them clean up
             await close_parts([*state.pipeline.runtime.providers.values(), state.pipeline.runtime.cache])
             await asyncio.to_thread(ledger.close)
             key_store.close()
@@ -94,4 +105,6 @@ def create_app(settings: Settings | None = None) -> FastPath:
     )
     install_error_handlers(app)
     app.include_router(router)
-    return FastPath(app, HOT_ROUTES if settings.fastpath else {})
+    app.include_router(admin.router)
+    app.include_router(dashboard.router)
+    return AdmissionGate(FastPath(app, HOT_ROUTES if settings.fastpath else {}), app)

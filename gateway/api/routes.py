@@ -10,10 +10,18 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from gateway.api import admin
 from gateway.api.auth import require_admin
 from gateway.api.sse import SSEResponse
 from gateway.api.state import AppState
-from gateway.api.wire import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, validate
+from gateway.api.wire import (
+    ERROR_RESPONSES,
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    openapi_extra,
+    validate,
+)
 from gateway.core.errors import BadRequestError, PayloadTooLargeError
 from gateway.core.types import ChatRequest, RequestContext
 from gateway.pipeline import Reply
@@ -71,7 +79,11 @@ async def _admitted(
     return state, ctx, data
 
 
-@router.post("/v1/chat/completions")
+@router.post(
+    "/v1/chat/completions",
+    responses=ERROR_RESPONSES,
+    openapi_extra=openapi_extra(ChatCompletionRequest, streams=True),
+)
 async def chat_completions(request: Request) -> Response:
     state, ctx, data = await _admitted(request, ChatCompletionRequest)
     opts = data.get("stream_options")
@@ -83,19 +95,23 @@ async def chat_completions(request: Request) -> Response:
     return _render(await state.pipeline.chat(req, ctx))
 
 
-@router.post("/v1/completions")
+@router.post(
+    "/v1/completions", responses=ERROR_RESPONSES, openapi_extra=openapi_extra(CompletionRequest)
+)
 async def completions(request: Request) -> Response:
     state, ctx, data = await _admitted(request, CompletionRequest)
     return _render(await state.pipeline.passthrough("completions", data, ctx))
 
 
-@router.post("/v1/embeddings")
+@router.post(
+    "/v1/embeddings", responses=ERROR_RESPONSES, openapi_extra=openapi_extra(EmbeddingRequest)
+)
 async def embeddings(request: Request) -> Response:
     state, ctx, data = await _admitted(request, EmbeddingRequest)
     return _render(await state.pipeline.passthrough("embeddings", data, ctx))
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", responses=ERROR_RESPONSES)
 async def list_models(request: Request) -> Response:
     state = _state(request)
     ctx = state.context(request)
@@ -128,8 +144,10 @@ async def readyz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     state = _state(request)
     state.metrics.ledger_pending.set(state.ledger.pending())
+    state.metrics.ledger_outbox.set(state.ledger.outbox_rows())
     for model, breaker_state in state.pipeline.breakers.states().items():
         state.metrics.breaker_open.labels(model).set(1 if breaker_state == "open" else 0)
+    await admin.export_metrics(state)  # budget remaining
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

@@ -90,6 +90,14 @@ class AppState:
         async with self.reload_lock:
             try:
                 policy = await asyncio.to_thread(load_policy, self.settings.policy_path)
+                emptied = not (policy.providers or policy.models or policy.routes)
+                if emptied and self.pipeline.runtime.policy.routes:
+                    # An empty file parses as an empty policy; on a reload it is a file caught
+                    # mid-write (or truncated), not a wish to drop every route.
+                    raise PolicyError(
+                        str(self.settings.policy_path),
+                        [("", "the policy file is empty (being written?); it would remove every route")],
+                    )
                 runtime, retired = build_runtime(
                     policy, self.pipeline.runtime, self.settings.redis_url, self.metrics.count_cache_error
                 )

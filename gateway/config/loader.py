@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from gateway.config.catalog import resolve_prices
 from gateway.config.policy import Policy
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
@@ -88,7 +89,13 @@ def _hide_env_values(
     return out
 
 
-def parse_policy(text: str, source: str = "<policy>", env: Mapping[str, str] | None = None) -> Policy:
+def parse_policy(
+    text: str,
+    source: str = "<policy>",
+    env: Mapping[str, str] | None = None,
+    *,
+    base_dir: Path | None = None,  # for relative paths in the policy (price_calibration)
+) -> Policy:
     env = os.environ if env is None else env
     try:
         raw = yaml.safe_load(text)
@@ -117,6 +124,8 @@ def parse_policy(text: str, source: str = "<policy>", env: Mapping[str, str] | N
             problems.append((yaml_path(tuple(err["loc"])), msg))
         raise PolicyError(source, _hide_env_values(problems, used)) from None
     problems = policy.cross_reference_errors()
+    if not problems:  # prices need valid provider references
+        policy, problems = resolve_prices(policy, base_dir)
     if problems:
         raise PolicyError(source, _hide_env_values(problems, used))
     return policy
@@ -129,4 +138,4 @@ def load_policy(path: Path, env: Mapping[str, str] | None = None) -> Policy:
         raise PolicyError(str(path), [("", f"cannot read policy file: {exc.strerror or exc}")]) from None
     except UnicodeDecodeError:
         raise PolicyError(str(path), [("", "policy file is not valid UTF-8")]) from None
-    return parse_policy(text, str(path), env)
+    return parse_policy(text, str(path), env, base_dir=path.parent)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
 
@@ -19,6 +19,30 @@ class ServerPolicy(_Strict):
     auth: Literal["keys", "none"] = "keys"
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     log_prompts: bool = False
+    # Requests in flight per worker (streams until they end); more get a fast 503 with
+    # Retry-After (see api/overload.py). null: no limit.
+    max_in_flight: int | None = Field(default=1024, gt=0)
+    overload_retry_after_s: int = Field(default=1, ge=1, le=3600)
+
+
+class EngineLoadPolicy(_Strict):
+    """When a self-hosted engine counts as saturated (its requests then spill over to the route's
+    next target until it recovers). Read from each replica's vLLM /metrics every probe_interval_s;
+    a threshold left null is not checked."""
+
+    max_waiting: int | None = Field(default=None, ge=0)  # vllm:num_requests_waiting per replica
+    max_kv_usage: float | None = Field(default=None, gt=0, le=1)  # vllm:kv_cache_usage_perc (0-1)
+    ttft_slo_s: float | None = Field(default=None, gt=0)  # recent mean time to first token
+    probe_interval_s: float = Field(default=2.0, gt=0, le=300)
+    probe_timeout_s: float = Field(default=1.0, gt=0, le=60)
+
+
+class AffinityPolicy(_Strict):
+    """Prefix affinity among an engine's replicas: consistent hashing of the prompt's leading
+    characters with bounded load (a replica takes at most load_factor x the mean in-flight)."""
+
+    prefix_chars: int = Field(default=1024, ge=16)  # ~ two 128-token KV blocks of English text
+    load_factor: float = Field(default=1.25, ge=1.0, le=10.0)
 
 
 class ProviderPolicy(_Strict):
@@ -29,6 +53,28 @@ class ProviderPolicy(_Strict):
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
     # A provider whose key resolved to empty is skipped by the router when it needs a key.
     key_required: bool = True
+    # Our own engine (vLLM): its models are priced from price/price_calibration, never from
+    # the built-in catalog, and their savings count as "self_hosted".
+    self_hosted: bool = False
+    # Engine replicas (OpenAI base URLs of identical vLLM servers); empty: base_url alone.
+    replicas: list[str] = Field(default_factory=list)
+    balance: Literal["prefix_affinity", "least_loaded", "round_robin"] = "prefix_affinity"
+    affinity: AffinityPolicy = Field(default_factory=AffinityPolicy)
+    load: EngineLoadPolicy | None = None  # probe vLLM /metrics and spill over when saturated
+
+    @field_validator("replicas")
+    @classmethod
+    def _replica_urls(cls, v: list[str]) -> list[str]:
+        out = [u.rstrip("/") for u in v]
+        if any(not u.startswith(("http://", "https://")) for u in out):
+            raise ValueError("every replica must start with http:// or https://")
+        if len(set(out)) != len(out):
+            raise ValueError("replicas must be distinct")
+        return out
+
+    @property
+    def replica_urls(self) -> list[str]:
+        return self.replicas or [self.base_url]
 
     @field_validator("base_url")
     @classmethod
@@ -49,14 +95,31 @@ class PricePolicy(_Strict):
     output: Decimal = Field(ge=0)
     cached_input: Decimal | None = Field(default=None, ge=0)
     cache_write: Decimal | None = Field(default=None, ge=0)
+    cache_write_1h: Decimal | None = Field(default=None, ge=0)  # Anthropic 1-hour cache writes
 
 
 class ModelPolicy(_Strict):
     provider: str
     upstream: str | None = None  # upstream model id; defaults to the catalog name
     kind: Literal["chat", "completions", "embeddings"] = "chat"
-    price: PricePolicy
+    # None: from price_calibration, else the built-in catalog (config/catalog.py) by upstream
+    # id; the loader fills it in and a model with no price at all is a policy error.
+    price: PricePolicy | None = None
+    price_calibration: str | None = None  # `switchyard engine bench` JSON, relative to the policy
     context_window: int | None = Field(default=None, gt=0)
+    # Budgets: the output tokens reserved when a client sends no max_tokens (else the route's).
+    max_output_tokens: int | None = Field(default=None, gt=0)
+
+
+class BudgetPolicy(_Strict):
+    """USD caps per UTC day / calendar month; None = no cap."""
+
+    daily_usd: Decimal | None = Field(default=None, gt=0)
+    monthly_usd: Decimal | None = Field(default=None, gt=0)
+
+
+class BudgetExceededPolicy(_Strict):
+    spill_to: str | None = None  # a route or model (cheaper/free) served instead of refusing
 
 
 class ParamsPolicy(_Strict):
@@ -73,8 +136,43 @@ class RouteCachePolicy(_Strict):
     ttl_s: float | None = Field(default=None, gt=0)
 
 
+class SemanticCachePolicy(_Strict):
+    """Per-route semantic cache (same question in other words -> the cached answer)."""
+
+    enabled: bool = False
+    threshold: float | None = Field(default=None, gt=0, le=1)  # verifier score; default: the shipped one
+    ttl_s: float | None = Field(default=None, gt=0)  # default: the route's cache ttl, else cache.ttl_s
+
+
 class TargetPolicy(_Strict):
     model: str
+
+
+class TiersPolicy(_Strict):
+    """A route's models by tier; the classifier picks which tier is tried first."""
+
+    cheap: list[str] = Field(default_factory=list)
+    self_hosted: list[str] = Field(default_factory=list)
+    strong: list[str] = Field(default_factory=list)
+
+    def models(self) -> list[str]:
+        return list(dict.fromkeys([*self.cheap, *self.self_hosted, *self.strong]))
+
+
+class ClassifierPolicy(_Strict):
+    """Complexity routing: score >= threshold -> strong tier first, else the cheap tier.
+    Give the threshold, or a quality target (fraction of strong-model quality) from which the
+    threshold is read off the classifier's calibration curve."""
+
+    threshold: float | None = Field(default=None, ge=0, le=1)
+    quality_target: float | None = Field(default=None, gt=0, le=1)
+    weights: str | None = None  # router weights file; default: the weights shipped in the package
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ClassifierPolicy:
+        if (self.threshold is None) == (self.quality_target is None):
+            raise ValueError("give exactly one of 'threshold' or 'quality_target'")
+        return self
 
 
 class RoutePolicy(_Strict):
@@ -82,10 +180,36 @@ class RoutePolicy(_Strict):
     baseline: str | None = None  # reference model for baseline cost; default: first target
     params: ParamsPolicy = Field(default_factory=ParamsPolicy)
     cache: RouteCachePolicy = Field(default_factory=RouteCachePolicy)
+    semantic_cache: SemanticCachePolicy = Field(default_factory=SemanticCachePolicy)
     retries: int = Field(default=2, ge=0, le=10)  # per target, after the first attempt
     attempt_timeout_s: float = Field(default=60.0, gt=0)  # non-stream: whole call; stream: until headers
     stream_idle_timeout_s: float = Field(default=60.0, gt=0)  # stream: between chunks
     deadline_s: float = Field(default=300.0, gt=0)  # everything, retries and fallbacks included
+    budget: BudgetPolicy = Field(default_factory=BudgetPolicy)
+    on_budget_exceeded: BudgetExceededPolicy = Field(default_factory=BudgetExceededPolicy)
+    max_output_tokens: int | None = Field(default=None, gt=0)  # reserved when the client sends none
+
+    tiers: TiersPolicy | None = None  # cheap / self_hosted / strong; then `targets` is derived
+    classifier: ClassifierPolicy | None = None  # needs tiers
+
+    @model_validator(mode="before")
+    @classmethod
+    def _targets_from_tiers(cls, v: Any) -> Any:
+        if isinstance(v, dict) and v.get("tiers") is not None:
+            if v.get("targets") is not None:
+                raise ValueError("give either 'targets' or 'tiers', not both")
+            tiers = TiersPolicy.model_validate(v["tiers"])
+            return {**v, "targets": tiers.models()}
+        return v
+
+    @model_validator(mode="after")
+    def _classifier_needs_tiers(self) -> RoutePolicy:
+        if self.classifier is not None:
+            if self.tiers is None or not self.tiers.strong:
+                raise ValueError("'classifier' needs 'tiers' with a 'strong' tier")
+            if not (self.tiers.cheap or self.tiers.self_hosted):
+                raise ValueError("'classifier' needs a 'cheap' or 'self_hosted' tier besides 'strong'")
+        return self
 
     @field_validator("targets", mode="before")
     @classmethod
@@ -98,6 +222,8 @@ class RoutePolicy(_Strict):
 class CachePolicy(_Strict):
     backend: Literal["memory", "redis"] = "memory"
     redis_url: str | None = None
+    semantic_max_entries: int = Field(default=100_000, gt=0)  # per replica, oldest out first
+    semantic_redis_prefix: str = "switchyard:semcache:"
     max_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
     ttl_s: float = Field(default=3600.0, gt=0)
     max_entry_bytes: int = Field(default=1024 * 1024, gt=0)
@@ -107,6 +233,24 @@ class CachePolicy(_Strict):
 class TenantPolicy(_Strict):
     models: list[str] = Field(default_factory=lambda: ["*"])  # routes/models allowed; "*" = all
     rpm: int | None = Field(default=None, gt=0)
+    budget: BudgetPolicy = Field(default_factory=BudgetPolicy)
+
+
+class LimitsPolicy(_Strict):
+    """Rate limits and budgets: shared through Redis when a URL is set (or SWITCHYARD_REDIS_URL)."""
+
+    redis_url: str | None = None
+    redis_timeout_s: float = Field(default=0.25, gt=0)
+    on_redis_error: Literal["open", "closed"] = "open"  # open: fall back to the in-process limiter
+    redis_prefix: str = "switchyard:limits:"
+    key_rpm: int | None = Field(default=None, gt=0)  # default for keys without their own limit
+    key_tpm: int | None = Field(default=None, gt=0)
+    default_max_output_tokens: int = Field(default=4096, gt=0)
+
+
+class TelemetryPolicy(_Strict):
+    otlp_endpoint: str | None = None  # OTLP/HTTP traces URL; off when unset (or SWITCHYARD_OTLP_ENDPOINT)
+    service_name: str = "switchyard"
 
 
 class BreakerPolicy(_Strict):
@@ -124,6 +268,8 @@ class Policy(_Strict):
     tenants: dict[str, TenantPolicy] = Field(default_factory=dict)
     cache: CachePolicy = Field(default_factory=CachePolicy)
     breaker: BreakerPolicy = Field(default_factory=BreakerPolicy)
+    limits: LimitsPolicy = Field(default_factory=LimitsPolicy)
+    telemetry: TelemetryPolicy = Field(default_factory=TelemetryPolicy)
 
     def allowed_models(self, tenant: str) -> frozenset[str] | None:
         """The routes/models a tenant may call; None means every one the policy exposes."""
@@ -133,6 +279,9 @@ class Policy(_Strict):
     def cross_reference_errors(self) -> list[tuple[str, str]]:
         """(yaml path, message) for every dangling reference."""
         errors: list[tuple[str, str]] = []
+        for pname, prov in self.providers.items():
+            if prov.type != "openai" and (prov.replicas or prov.load is not None):
+                errors.append((f"providers.{pname}", "replicas/load are for OpenAI-compatible engines"))
         for name, model in self.models.items():
             if model.provider not in self.providers:
                 errors.append((f"models.{name}.provider", f"unknown provider '{model.provider}'"))
@@ -147,6 +296,10 @@ class Policy(_Strict):
                 errors.append((f"routes.{name}.targets", f"targets mix model kinds {sorted(kinds)}"))
             if route.baseline is not None and route.baseline not in self.models:
                 errors.append((f"routes.{name}.baseline", f"unknown model '{route.baseline}'"))
+            spill = route.on_budget_exceeded.spill_to
+            if spill is not None and spill not in self.models and spill not in self.routes:
+                where = f"routes.{name}.on_budget_exceeded.spill_to"
+                errors.append((where, f"unknown route or model '{spill}'"))
         known = set(self.models) | set(self.routes)
         for tname, tenant in self.tenants.items():
             for i, m in enumerate(tenant.models):

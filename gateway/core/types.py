@@ -24,6 +24,9 @@ class Usage:
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
     estimated: bool = False
+    # Of ``cache_write_tokens``, those written with a 1-hour TTL (Anthropic prices them 2x
+    # input; the rest are 5-minute writes at 1.25x). None: no 1-hour writes reported.
+    cache_write_1h_tokens: int | None = None
 
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI ``usage`` object for this usage."""
@@ -49,6 +52,8 @@ def usage_from_openai(obj: Any) -> Usage | None:
     completion = obj.get("completion_tokens")
     details = obj.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None:  # DeepSeek's spelling of the same count
+        cached = obj.get("prompt_cache_hit_tokens")
     cdetails = obj.get("completion_tokens_details")
     reasoning = cdetails.get("reasoning_tokens") if isinstance(cdetails, dict) else None
     if completion is None and prompt is not None and "total_tokens" in obj:
@@ -69,6 +74,7 @@ class Price:
     output: Decimal
     cached_input: Decimal | None = None
     cache_write: Decimal | None = None
+    cache_write_1h: Decimal | None = None  # 1-hour cache writes; None: priced as cache_write
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,7 @@ class Target:
     upstream_model: str  # the id the upstream API expects
     price: Price
     context_window: int | None = None
+    self_hosted: bool = False  # served by our own engine (savings cause "self_hosted")
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,9 +31,13 @@ def cost_of(usage: Usage, price: Price, *, output_expected: bool = True) -> Deci
     """The USD cost of ``usage`` at ``price``, exact and quantized to 1e-10 USD.
 
     cost = ( max(0, input - cached - cache_write) x price.input
-           + cached      x (price.cached_input or price.input)
-           + cache_write x (price.cache_write  or price.input)
-           + output      x price.output ) / 1,000,000
+           + cached            x (price.cached_input   or price.input)
+           + (cache_write - 1h) x (price.cache_write    or price.input)
+           + 1h                x (price.cache_write_1h or price.cache_write or price.input)
+           + output            x price.output ) / 1,000,000
+
+    where ``1h`` = ``cache_write_1h_tokens`` (capped at ``cache_write_tokens``): Anthropic's
+    1-hour cache writes (2x input) inside its total cache writes (5-minute ones: 1.25x).
 
     - Returns None when the cost is unknown: ``input_tokens`` is None, or ``output_tokens`` is
       None while output is expected. Pass ``output_expected=False`` for endpoints that produce
@@ -52,11 +56,19 @@ def cost_of(usage: Usage, price: Price, *, output_expected: bool = True) -> Deci
     total_in = max(0, usage.input_tokens)
     cached = max(0, usage.cached_input_tokens or 0)
     written = max(0, usage.cache_write_tokens or 0)
+    written_1h = min(written, max(0, usage.cache_write_1h_tokens or 0))
     output = max(0, usage.output_tokens or 0)
     plain = max(0, total_in - cached - written)
     cached_rate = price.input if price.cached_input is None else price.cached_input
     write_rate = price.input if price.cache_write is None else price.cache_write
+    write_1h_rate = write_rate if price.cache_write_1h is None else price.cache_write_1h
     with localcontext() as ctx:
         ctx.prec = _PRECISION
-        micro = plain * price.input + cached * cached_rate + written * write_rate + output * price.output
+        micro = (
+            plain * price.input
+            + cached * cached_rate
+            + (written - written_1h) * write_rate
+            + written_1h * write_1h_rate
+            + output * price.output
+        )
         return (micro / _PER).quantize(COST_QUANTUM, rounding=ROUND_HALF_EVEN)

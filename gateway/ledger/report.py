@@ -1,33 +1,34 @@
-"""Spend reports over the ledger: grouping, exact Decimal sums, text table and JSON."""
+"""Spend reports over the ledger (SQLite or PostgreSQL): spend by model/route/tenant/key/
+provider over time buckets, savings by cause, budget seeding, text table, JSON and CSV.
+
+All sums are exact (see ``query``); money leaves as ``Decimal`` or exact decimal strings.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
 import re
-import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
-from gateway.ledger.pricing import quantize_usd
-from gateway.ledger.sqlite import BUSY_TIMEOUT_MS, TABLE, ledger_path
+from gateway.ledger.query import GROUP_SQL, SCOPE_COLUMN, ZERO, LedgerDb, Window, open_db
 
 GroupBy = Literal["model", "route", "tenant", "provider", "key"]
 GROUP_BY_CHOICES: Final[tuple[str, ...]] = get_args(GroupBy)
-# Cache hits have no served model/provider: they are grouped as "(cache)".
-_CACHE_LABEL: Final = "(cache)"
-_GROUP_COLUMN: Final[dict[str, str]] = {
-    "model": f"COALESCE(served_model, CASE WHEN cache_status = 'hit' THEN '{_CACHE_LABEL}' END)",
-    "route": "route",
-    "tenant": "tenant",
-    "provider": f"COALESCE(provider, CASE WHEN cache_status = 'hit' THEN '{_CACHE_LABEL}' END)",
-    "key": "key_id",
-}
+Group = Literal["model", "route", "tenant", "provider", "key", "cause", "none"]
+GROUPS: Final[tuple[str, ...]] = get_args(Group)
+Bucket = Literal["hour", "day", "month", "none"]
+BUCKETS: Final[tuple[str, ...]] = get_args(Bucket)
+Scope = Literal["key", "tenant", "route"]
 NONE_LABEL: Final = "(none)"
 _SINCE_RE: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
 _UNIT_SECONDS: Final[dict[str, int]] = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_ZERO: Final = Decimal("0E-10")  # sums keep the ledger's 1e-10 USD quantum
+_ZERO: Final = ZERO
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,89 +62,143 @@ def parse_since(text: str) -> float:
     return value
 
 
-class _DecimalSum:
-    """SQLite aggregate: exact sum of Decimal strings (NULLs skipped), returned as a string."""
-
-    def __init__(self) -> None:
-        self.total = _ZERO
-
-    def step(self, value: str | None) -> None:
-        if value is not None:
-            self.total += Decimal(value)
-
-    def finalize(self) -> str:
-        return str(self.total)
+def _window(
+    since_seconds: float | None, now: float | None, until: float | None, tenant: str | None
+) -> Window:
+    since = None if since_seconds is None else (time.time() if now is None else now) - since_seconds
+    return Window(since, until, tenant)
 
 
-class _SavingsSum:
-    """SQLite aggregate: exact sum of baseline − cost where both are known."""
-
-    def __init__(self) -> None:
-        self.total = _ZERO
-
-    def step(self, baseline: str | None, cost: str | None) -> None:
-        if baseline is not None and cost is not None:
-            self.total += Decimal(baseline) - Decimal(cost)
-
-    def finalize(self) -> str:
-        return str(self.total)
-
-
-def _query(by: str) -> str:
-    col = _GROUP_COLUMN[by]
+def _aggregates(db: LedgerDb) -> str:
+    cost, base = db.cost, db.baseline
     return (
-        f"SELECT {col}, COUNT(*), "
-        "SUM(CASE WHEN status = 'ok' THEN 0 ELSE 1 END), "
-        "SUM(CASE WHEN cost_usd IS NULL THEN 1 ELSE 0 END), "
+        "COUNT(*), SUM(CASE WHEN status = 'ok' THEN 0 ELSE 1 END), "
+        f"SUM(CASE WHEN {cost} IS NULL THEN 1 ELSE 0 END), "
         "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(cached_tokens), 0), "
-        "COALESCE(SUM(output_tokens), 0), "
-        "decsum(cost_usd), decsum(baseline_cost_usd), savingsum(baseline_cost_usd, cost_usd) "
-        f"FROM {TABLE} WHERE ts >= ? GROUP BY 1"
+        f"COALESCE(SUM(output_tokens), 0), SUM({cost}), SUM({base}), SUM({base} - {cost})"
     )
 
 
+def _line(db: LedgerDb, key: Any, r: Sequence[Any]) -> SpendLine:
+    return SpendLine(
+        key=None if key is None else str(key),
+        requests=int(r[0]),
+        errors=int(r[1] or 0),
+        unpriced=int(r[2] or 0),
+        input_tokens=int(r[3]),
+        cached_tokens=int(r[4]),
+        output_tokens=int(r[5]),
+        cost_usd=db.money(r[6]),
+        baseline_cost_usd=db.money(r[7]),
+        savings_usd=db.money(r[8]),
+    )
+
+
+def _check(value: str, choices: tuple[str, ...], what: str) -> None:
+    if value not in choices:
+        raise ValueError(f"bad {what} {value!r}: expected one of {', '.join(choices)}")
+
+
 def spend(
-    path_or_url: str | Path, by: GroupBy, since_seconds: float | None, *, now: float | None = None
+    path_or_url: str | Path,
+    by: GroupBy,
+    since_seconds: float | None,
+    *,
+    now: float | None = None,
+    until: float | None = None,
+    tenant: str | None = None,
 ) -> list[SpendLine]:
     """Spend grouped ``by`` over the last ``since_seconds`` (None: all time), most expensive
     first. A missing ledger file or an empty/unmigrated database gives an empty report."""
-    if by not in _GROUP_COLUMN:
-        raise ValueError(f"bad group {by!r}: expected one of {', '.join(GROUP_BY_CHOICES)}")
-    path = ledger_path(path_or_url)
-    if not path.is_file():
-        return []
-    cutoff = float("-inf") if since_seconds is None else (time.time() if now is None else now) - since_seconds
-    conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000)
-    try:
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        exists = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,)
-        ).fetchone()
-        if not exists:
+    _check(by, GROUP_BY_CHOICES, "group")
+    where, params = _window(since_seconds, now, until, tenant).where()
+    with open_db(path_or_url) as db:
+        if db is None:
             return []
-        # typeshed types aggregates as int-valued; these take and return decimal strings.
-        conn.create_aggregate("decsum", 1, _DecimalSum)  # type: ignore[arg-type]
-        conn.create_aggregate("savingsum", 2, _SavingsSum)  # type: ignore[arg-type]
-        rows = conn.execute(_query(by), (cutoff,)).fetchall()
-    finally:
-        conn.close()
-    lines = [
-        SpendLine(
-            key=None if r[0] is None else str(r[0]),
-            requests=int(r[1]),
-            errors=int(r[2]),
-            unpriced=int(r[3]),
-            input_tokens=int(r[4]),
-            cached_tokens=int(r[5]),
-            output_tokens=int(r[6]),
-            cost_usd=quantize_usd(Decimal(r[7])),
-            baseline_cost_usd=quantize_usd(Decimal(r[8])),
-            savings_usd=quantize_usd(Decimal(r[9])),
-        )
-        for r in rows
-    ]
+        sql = f"SELECT {GROUP_SQL[by]}, {_aggregates(db)} FROM ledger{where} GROUP BY 1"
+        lines = [_line(db, r[0], r[1:]) for r in db.rows(sql, params)]
     lines.sort(key=lambda ln: (-ln.cost_usd, ln.key is None, ln.key or ""))
     return lines
+
+
+def spend_series(
+    url: str | Path,
+    group: str,
+    bucket: str,
+    since_seconds: float | None,
+    *,
+    now: float | None = None,
+    until: float | None = None,
+    tenant: str | None = None,
+) -> list[dict[str, Any]]:
+    """Spend per (time bucket, group), oldest bucket first; money as exact decimal strings.
+    ``group``: model|route|tenant|provider|key|cause|none; ``bucket``: hour|day|month|none
+    (labels ``2026-11-30T05:00:00Z``, ``2026-11-30``, ``2026-11``, ``all``; UTC)."""
+    _check(group, GROUPS, "group_by")
+    _check(bucket, BUCKETS, "bucket")
+    where, params = _window(since_seconds, now, until, tenant).where()
+    with open_db(url) as db:
+        if db is None:
+            return []
+        sql = (
+            f"SELECT {db.bucket_sql(bucket)}, {GROUP_SQL[group]}, {_aggregates(db)} "
+            f"FROM ledger{where} GROUP BY 1, 2"
+        )
+        out = []
+        for r in db.rows(sql, params):
+            ln = _line(db, r[1], r[2:])
+            out.append({"bucket": db.bucket_label(bucket, r[0]), "group": ln.key, **_line_json(ln, False)})
+    out.sort(key=lambda d: (d["bucket"], d["group"] is None, d["group"] or ""))
+    return out
+
+
+def savings_by_cause(
+    url: str | Path,
+    bucket: str,
+    since_seconds: float | None,
+    *,
+    now: float | None = None,
+    until: float | None = None,
+    tenant: str | None = None,
+) -> list[dict[str, Any]]:
+    """Savings (baseline − cost, where both are known) per (time bucket, cause); causes are
+    exact_cache, semantic_cache, self_hosted, routing and none."""
+    rows = spend_series(url, "cause", bucket, since_seconds, now=now, until=until, tenant=tenant)
+    keep = ("bucket", "requests", "cost_usd", "baseline_cost_usd", "savings_usd")
+    return [{"cause": r["group"], **{k: r[k] for k in keep}} for r in rows]
+
+
+def spent_since(url: str | Path, scope: str, since_ts: float) -> dict[str, Decimal]:
+    """USD spent per key/tenant/route name since ``since_ts`` (seeds the budgets)."""
+    _check(scope, tuple(SCOPE_COLUMN), "scope")
+    column = SCOPE_COLUMN[scope]
+    with open_db(url) as db:
+        if db is None:
+            return {}
+        sql = f"SELECT {column}, SUM({db.cost}) FROM ledger WHERE ts >= ? AND {column} IS NOT NULL GROUP BY 1"
+        return {str(r[0]): db.money(r[1]) for r in db.rows(sql, (since_ts,))}
+
+
+def spent_by(url: str | Path, scope: Scope, name: str, since_ts: float) -> Decimal:
+    """USD spent by one key/tenant/route since ``since_ts``."""
+    _check(scope, tuple(SCOPE_COLUMN), "scope")
+    column = SCOPE_COLUMN[scope]
+    with open_db(url) as db:
+        if db is None:
+            return _ZERO
+        sql = f"SELECT SUM({db.cost}) FROM ledger WHERE {column} = ? AND ts >= ?"
+        found = db.rows(sql, (name, since_ts))
+        return db.money(found[0][0] if found else None)
+
+
+def to_csv(rows: Sequence[dict[str, Any]]) -> str:
+    """``spend_series``/``savings_by_cause`` rows as CSV (header from the first row)."""
+    buf = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return buf.getvalue()
 
 
 def total(lines: list[SpendLine]) -> SpendLine:
@@ -197,9 +252,9 @@ def format_table(lines: list[SpendLine], by: str = "key") -> str:
     return "\n".join([render(header), rule, *(render(r) for r in body), rule, render(foot)])
 
 
-def _line_json(ln: SpendLine) -> dict[str, Any]:
-    return {
-        "key": ln.key,
+def _line_json(ln: SpendLine, with_key: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {"key": ln.key} if with_key else {}
+    return out | {
         "requests": ln.requests,
         "errors": ln.errors,
         "unpriced": ln.unpriced,

@@ -9,6 +9,7 @@ from typing import Final
 ENDPOINTS: Final = frozenset({"chat", "completions", "embeddings"})
 CACHE_STATUSES: Final = frozenset({"miss", "hit", "bypass", "off"})
 STATUSES: Final = frozenset({"ok", "error", "client_disconnected", "stream_broken"})
+SAVINGS_CAUSES: Final = frozenset({"exact_cache", "semantic_cache", "self_hosted", "routing", "none"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +42,6 @@ class LedgerRow:
     error_code: str | None
     attempts: int
     classifier_score: float | None
+    # Why this request cost less than the baseline (one of SAVINGS_CAUSES).
+    savings_cause: str = "none"
+    route_decision: str | None = None  # the router's choice, e.g. "weak" | "strong" | "spill"

@@ -6,54 +6,26 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import fields
 from decimal import Decimal
 from pathlib import Path
 from typing import Final, TypeVar
 
 from gateway.ledger.row import LedgerRow
-
-SCHEMA_VERSION: Final = 1
-BUSY_TIMEOUT_MS: Final = 5000
-TABLE: Final = "ledger"
-COLUMNS: Final[tuple[str, ...]] = tuple(f.name for f in fields(LedgerRow))
-
-_MIGRATION_1: Final = (
-    f"""CREATE TABLE IF NOT EXISTS {TABLE} (
-        id INTEGER PRIMARY KEY,
-        request_id TEXT NOT NULL,
-        ts REAL NOT NULL,
-        tenant TEXT NOT NULL,
-        key_id TEXT,
-        route TEXT,
-        requested_model TEXT NOT NULL,
-        served_model TEXT,
-        provider TEXT,
-        endpoint TEXT NOT NULL,
-        stream INTEGER NOT NULL,
-        cache_status TEXT NOT NULL,
-        input_tokens INTEGER,
-        cached_tokens INTEGER,
-        cache_write_tokens INTEGER,
-        output_tokens INTEGER,
-        usage_estimated INTEGER NOT NULL,
-        cost_usd TEXT,
-        baseline_cost_usd TEXT,
-        latency_ms REAL NOT NULL,
-        ttft_ms REAL,
-        status TEXT NOT NULL,
-        http_status INTEGER NOT NULL,
-        error_code TEXT,
-        attempts INTEGER NOT NULL,
-        classifier_score REAL
-    )""",
-    f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_ts ON {TABLE} (ts)",
-    f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_tenant_ts ON {TABLE} (tenant, ts)",
-    f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_served_model_ts ON {TABLE} (served_model, ts)",
+from gateway.ledger.schema import (
+    COLUMNS,
+    MIGRATIONS_TABLE_SQL,
+    SCHEMA_VERSION,
+    SQLITE_INSERT_SQL,
+    SQLITE_MIGRATIONS,
+    TABLE,
 )
-MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {1: _MIGRATION_1}
 
-INSERT_SQL: Final = f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
+__all__ = ["COLUMNS", "SCHEMA_VERSION", "TABLE"]
+
+BUSY_TIMEOUT_MS: Final = 5000
+MIGRATIONS: Final = SQLITE_MIGRATIONS
+INSERT_SQL: Final = SQLITE_INSERT_SQL
+_E10: Final = Decimal("1E10")
 
 Param = str | int | float | None
 T = TypeVar("T")
@@ -61,15 +33,12 @@ T = TypeVar("T")
 
 def ledger_path(url: str | Path) -> Path:
     """The SQLite file named by ``url``: ``sqlite:///abs/path``, ``sqlite:///rel`` or a plain
-    path. ``postgresql://`` is refused with a clear message (not implemented yet)."""
+    path. A ``postgresql://`` URL is not a file: ValueError (see ``store.open_ledger``)."""
     if isinstance(url, Path):
         return url
     text = url.strip()
-    if text.startswith(("postgresql:", "postgres:", "postgresql+")):
-        raise ValueError(
-            "PostgreSQL ledger is not available yet: it arrives with the ledger issue; "
-            "use sqlite:///<path> (the default) for now"
-        )
+    if is_postgres_url(text):
+        raise ValueError("a postgresql:// ledger URL names no SQLite file")
     if text.startswith("sqlite:"):
         rest = text[len("sqlite:") :]
         if not rest.startswith("///"):
@@ -81,10 +50,14 @@ def ledger_path(url: str | Path) -> Path:
         # gives four slashes (what Settings writes: f"sqlite:///{home / 'ledger.db'}").
         return Path(rest).expanduser()
     if "://" in text:
-        raise ValueError(f"unsupported ledger URL {url!r}: use sqlite:///<path>")
+        raise ValueError(f"unsupported ledger URL {url!r}: use sqlite:///<path> or postgresql://...")
     if not text:
         raise ValueError("empty ledger URL")
     return Path(text).expanduser()
+
+
+def is_postgres_url(url: str | Path) -> bool:
+    return isinstance(url, str) and url.strip().startswith(("postgresql:", "postgres:"))
 
 
 def is_locked_error(exc: BaseException) -> bool:
@@ -125,20 +98,22 @@ def connect(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection
     return conn
 
 
+def _e10(value: str | None) -> int | None:
+    return None if value is None else int(Decimal(value) * _E10)
+
+
 def migrate(conn: sqlite3.Connection) -> int:
     """Bring the schema up to ``SCHEMA_VERSION``; safe when several processes race."""
+    conn.create_function("sy_e10", 1, _e10, deterministic=True)
 
     def run() -> int:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations "
-                "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
-            )
+            conn.execute(MIGRATIONS_TABLE_SQL)
             row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
             current = int(row[0]) if row and row[0] is not None else 0
-            for version in sorted(v for v in MIGRATIONS if v > current):
-                for stmt in MIGRATIONS[version]:
+            for version in sorted(v for v in SQLITE_MIGRATIONS if v > current):
+                for stmt in SQLITE_MIGRATIONS[version]:
                     conn.execute(stmt)
                 conn.execute(
                     "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
@@ -158,8 +133,13 @@ def _money(value: Decimal | None) -> str | None:
     return None if value is None else f"{value:f}"  # fixed point, exact: "0.0000270000"
 
 
+def money_e10(value: Decimal | None) -> int | None:
+    """``value`` in integer units of 1e-10 USD (the ledger's quantum; exact)."""
+    return None if value is None else int(value.scaleb(10).to_integral_value())
+
+
 def row_params(row: LedgerRow) -> tuple[Param, ...]:
-    """The INSERT parameters for ``row``, in ``COLUMNS`` order."""
+    """The INSERT parameters for ``row``, in ``SQLITE_COLUMNS`` order."""
     return (
         row.request_id,
         row.ts,
@@ -186,6 +166,10 @@ def row_params(row: LedgerRow) -> tuple[Param, ...]:
         row.error_code,
         row.attempts,
         row.classifier_score,
+        row.savings_cause,
+        row.route_decision,
+        money_e10(row.cost_usd),
+        money_e10(row.baseline_cost_usd),
     )
 
 

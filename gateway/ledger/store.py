@@ -1,9 +1,17 @@
 """The durable ledger store: SQLite (WAL) written by one background thread in batches.
 
-The request path only calls ``write()``: a deque append and, at most, an event set. A daemon
-writer thread drains the deque in transactions of up to ``batch_size`` rows, lingering up to
-``flush_interval`` seconds to let a batch fill. ``flush()`` places a marker in the same FIFO
-queue and waits until the writer has committed everything in front of it.
+The request path calls ``submit()`` (or ``write()``, fire and forget): a deque append and, at
+most, an event set. A daemon writer thread drains the deque in transactions of up to
+``batch_size`` rows (group commit). ``submit()`` returns an asyncio future that resolves once
+the row is committed (True), or once its batch has failed for ``wait_timeout`` seconds (False;
+the writer keeps retrying): the pipeline awaits it before the last byte of a response goes
+out, so a client that saw a complete response has its row even if the process is SIGKILLed
+right after. The writer resolves the futures of a batch with one ``call_soon_threadsafe`` per
+event loop. Without waiting submitters it lingers up to ``flush_interval`` seconds to let a
+batch fill; a submitted row is committed at once (rows arriving meanwhile form the next batch).
+``flush()`` places a marker in the same FIFO queue and waits until the writer has committed
+everything in front of it. ``INSERT ... ON CONFLICT (request_id) DO NOTHING`` makes a replayed
+row harmless.
 
 Several processes (gateway workers, the CLI) may open the same file: WAL journal,
 ``busy_timeout`` and a retry loop on "database is locked" keep them out of each other's way.
@@ -12,12 +20,17 @@ Money is stored as exact Decimal strings (TEXT), never floats.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import os
 import sqlite3
 import threading
 import time
 from collections import deque
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from gateway.ledger.row import LedgerRow
 from gateway.ledger.sqlite import (
@@ -28,6 +41,7 @@ from gateway.ledger.sqlite import (
     TABLE,
     connect,
     is_locked_error,
+    is_postgres_url,
     ledger_path,
     migrate,
     row_from_db,
@@ -45,7 +59,16 @@ __all__ = [
     "row_from_db",
 ]
 
+Waiter = tuple[LedgerRow, "asyncio.Future[bool]"]
+
 log = logging.getLogger(__name__)
+
+
+def _resolve(futures: list[asyncio.Future[bool]], committed: bool) -> None:
+    """On the event loop: resolve the futures of one batch (skipping cancelled ones)."""
+    for fut in futures:
+        if not fut.done():
+            fut.set_result(committed)
 
 
 class _Marker:
@@ -67,6 +90,7 @@ class SQLiteLedger:
         batch_size: int = 256,
         flush_interval: float = 0.05,
         max_pending: int = 1_000_000,
+        wait_timeout: float = 5.0,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -76,7 +100,8 @@ class SQLiteLedger:
         self._batch_size = batch_size
         self._flush_interval = flush_interval
         self._max_pending = max_pending
-        self._queue: deque[LedgerRow | _Marker] = deque()
+        self._wait_timeout = wait_timeout
+        self._queue: deque[LedgerRow | Waiter | _Marker] = deque()
         self._wake = threading.Event()  # something is queued
         self._urgent = threading.Event()  # stop lingering: batch full, flush or close
         self._stopping = False
@@ -87,6 +112,7 @@ class SQLiteLedger:
         self._dropped = 0
         self._failing = False
         self.last_error: str | None = None
+        self._committed_hook: Any = None  # called (in the writer thread) after each commit
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -133,6 +159,18 @@ class SQLiteLedger:
 
     def write(self, row: LedgerRow) -> None:
         """Queue ``row`` for the writer. Never blocks on disk and never raises."""
+        self._enqueue(row, row)
+
+    def submit(self, row: LedgerRow) -> asyncio.Future[bool]:
+        """Queue ``row`` and return a future (of the running loop) that resolves to True once
+        the row is committed, or False when it cannot be (dropped, or its batch kept failing
+        for ``wait_timeout`` s; the writer keeps retrying). Call it on the event loop."""
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if not self._enqueue((row, fut), row):
+            fut.set_result(False)
+        return fut
+
+    def _enqueue(self, item: LedgerRow | Waiter, row: LedgerRow) -> bool:
         try:
             queue = self._queue
             if self._closed or len(queue) >= self._max_pending:
@@ -140,14 +178,16 @@ class SQLiteLedger:
                 if self._dropped & (self._dropped - 1) == 0:  # 1st, 2nd, 4th, 8th...: no log flood
                     why = "ledger closed" if self._closed else "queue full"
                     log.error("ledger rows dropped (%s): %d so far", why, self._dropped)
-                return
-            queue.append(row)
+                return False
+            queue.append(item)
             if not self._wake.is_set():
                 self._wake.set()
-            if len(queue) >= self._batch_size and not self._urgent.is_set():
-                self._urgent.set()
+            if (item is not row or len(queue) >= self._batch_size) and not self._urgent.is_set():
+                self._urgent.set()  # a waiting client, or a full batch: do not linger
+            return True
         except Exception:  # pragma: no cover - defensive: the request path must not fail
             log.exception("ledger write failed")
+            return False
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -167,6 +207,17 @@ class SQLiteLedger:
         """Rows queued or in a transaction not yet committed (flush markers excluded)."""
         queued = sum(1 for item in tuple(self._queue) if not isinstance(item, _Marker))
         return queued + self._inflight
+
+    def outbox_rows(self) -> int:
+        """Rows committed locally but not yet in the central store (0: this is the store)."""
+        return 0
+
+    def spent_since(self, scope: str, since_ts: float) -> dict[str, Decimal]:
+        """USD spent per key/tenant/route name since ``since_ts``, over committed rows (for
+        seeding budgets at start-up; blocking: call it off the event loop)."""
+        from gateway.ledger.report import spent_since
+
+        return spent_since(self.path, scope, since_ts)
 
     def dropped(self) -> int:
         """Rows refused by ``write()`` (after close, or with ``max_pending`` rows queued)."""
@@ -210,41 +261,68 @@ class SQLiteLedger:
         queue = self._queue
         while queue:
             batch: list[LedgerRow] = []
+            waiters: list[asyncio.Future[bool]] = []
             markers: list[_Marker] = []
             while queue and len(batch) < self._batch_size:
                 item = queue.popleft()
-                if isinstance(item, _Marker):
+                if isinstance(item, LedgerRow):
+                    batch.append(item)
+                elif isinstance(item, tuple):
+                    batch.append(item[0])
+                    waiters.append(item[1])
+                else:
                     markers.append(item)
                     break  # commit what is in front of it, then release the waiter
-                batch.append(item)
             self._inflight = len(batch)
+            committed = True
             if batch:
-                self._commit(batch)
+                committed = self._commit(batch, waiters)
             self._inflight = 0
+            if waiters:
+                self._release(waiters, committed)
             for marker in markers:
                 marker.done.set()
+            hook = self._committed_hook
+            if batch and hook is not None:
+                hook()
 
-    def _commit(self, batch: list[LedgerRow]) -> None:
+    @staticmethod
+    def _release(waiters: list[asyncio.Future[bool]], committed: bool) -> None:
+        """Resolve ``waiters`` on their loops: one thread-safe call per loop."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[bool]]] = {}
+        for fut in waiters:
+            by_loop.setdefault(fut.get_loop(), []).append(fut)
+        for loop, futures in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_resolve, futures, committed)
+
+    def _commit(self, batch: list[LedgerRow], waiters: list[asyncio.Future[bool]] | None = None) -> bool:
         """Commit ``batch``, retrying transient failures until it lands or we are closing
-        and out of patience. Rows the database rejects outright are logged and skipped."""
+        and out of patience. Rows the database rejects outright are logged and skipped.
+        ``waiters`` are released (False) once the batch has failed for ``wait_timeout`` s, so
+        a broken disk delays responses by that much at most. True when the batch landed."""
         delay = 0.05
+        started = time.monotonic()
         while True:
             try:
                 self._insert(batch)
                 self._failing = False
                 self.last_error = None
-                return
+                return True
             except sqlite3.OperationalError as exc:  # locked, disk full, I/O error: retry
                 self._note_failure(exc)
                 if self._stopping and not is_locked_error(exc) and delay > 2.0:
                     log.error("ledger: giving up on %d rows while closing", len(batch))
                     self._dropped += len(batch)
-                    return
+                    return False
             except (sqlite3.Error, ValueError, TypeError, OverflowError) as exc:
                 self._note_failure(exc)
                 self._insert_one_by_one(batch)
                 self._failing = False  # a rejected row is the row's fault, not the database's
-                return
+                return True
+            if waiters and time.monotonic() - started >= self._wait_timeout:
+                self._release(waiters, False)
+                waiters = None
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 
@@ -282,12 +360,27 @@ class SQLiteLedger:
 def open_ledger(
     url: str,
     *,
+    home: Path | None = None,
     batch_size: int = 256,
     flush_interval: float = 0.05,
     max_pending: int = 1_000_000,
 ) -> SQLiteLedger:
-    """A (not yet started) ledger for ``url``: ``sqlite:///<path>`` or a plain path.
-    ``postgresql://`` raises ValueError (the PostgreSQL ledger is not implemented yet)."""
+    """A (not yet started) ledger for ``url``: ``sqlite:///<path>``, a plain path, or
+    ``postgresql://...`` (then the local outbox is ``<home>/ledger-outbox.db``; ``home``
+    defaults to ``$SWITCHYARD_HOME`` or ``~/.switchyard``)."""
+    if is_postgres_url(url):
+        from gateway.ledger.postgres import PostgresLedger, outbox_path_for
+
+        if home is None:
+            env_home = os.environ.get("SWITCHYARD_HOME")
+            home = Path(env_home).expanduser() if env_home else Path.home() / ".switchyard"
+        return PostgresLedger(
+            url.strip(),
+            outbox_path_for(home),
+            batch_size=batch_size,
+            flush_interval=flush_interval,
+            max_pending=max_pending,
+        )
     return SQLiteLedger(
         ledger_path(url), batch_size=batch_size, flush_interval=flush_interval, max_pending=max_pending
     )

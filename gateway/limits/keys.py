@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Final, Self, TypeVar
 
@@ -40,6 +41,13 @@ _SCHEMA: Final = (
         revoked_at REAL
     )""",
     "CREATE INDEX IF NOT EXISTS ix_api_keys_tenant ON api_keys (tenant)",
+    """CREATE TABLE IF NOT EXISTS key_limits (
+        key_id TEXT PRIMARY KEY REFERENCES api_keys (key_id),
+        rpm INTEGER,
+        tpm INTEGER,
+        daily_usd TEXT,
+        monthly_usd TEXT
+    )""",
 )
 
 
@@ -71,6 +79,29 @@ class KeyRecord:
     @property
     def revoked(self) -> bool:
         return self.revoked_at is not None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLimits:
+    """A key's own limits (None: none of its own; policy defaults apply to rpm/tpm)."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    daily_usd: Decimal | None = None
+    monthly_usd: Decimal | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.rpm is None and self.tpm is None and self.daily_usd is None and self.monthly_usd is None
+
+
+def _limits_row(r: tuple[object, ...]) -> KeyLimits:
+    return KeyLimits(
+        None if r[0] is None else int(str(r[0])),
+        None if r[1] is None else int(str(r[1])),
+        None if r[2] is None else Decimal(str(r[2])),
+        None if r[3] is None else Decimal(str(r[3])),
+    )
 
 
 def _plausible(key: object) -> bool:
@@ -193,6 +224,39 @@ class KeyStore:
                 (time.time(), key_id),
             )
             return cur.rowcount == 1
+
+    def set_limits(self, key_id: str, limits: KeyLimits) -> bool:
+        """Replace the limits of the active key ``key_id``. False if there is no such key."""
+        for value in (limits.rpm, limits.tpm, limits.daily_usd, limits.monthly_usd):
+            if value is not None and value <= 0:
+                raise ValueError("limits must be positive (omit a limit to remove it)")
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT 1 FROM api_keys WHERE key_id = ? AND revoked_at IS NULL", (key_id,)
+            ).fetchone()
+            if row is None:
+                return False
+            conn.execute(
+                "INSERT OR REPLACE INTO key_limits (key_id, rpm, tpm, daily_usd, monthly_usd) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (
+                    key_id,
+                    limits.rpm,
+                    limits.tpm,
+                    None if limits.daily_usd is None else str(limits.daily_usd),
+                    None if limits.monthly_usd is None else str(limits.monthly_usd),
+                ),
+            )
+            return True
+
+    def all_limits(self) -> dict[str, KeyLimits]:
+        """key_id -> limits, for every active key that has limits of its own."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT l.key_id, l.rpm, l.tpm, l.daily_usd, l.monthly_usd FROM key_limits l "
+                "JOIN api_keys k ON k.key_id = l.key_id WHERE k.revoked_at IS NULL"
+            ).fetchall()
+        return {str(r[0]): _limits_row(tuple(r[1:])) for r in rows}
 
 
 class KeyCache:

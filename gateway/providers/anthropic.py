@@ -70,7 +70,10 @@ class AnthropicProvider:
             async with (
                 asyncio.timeout(timeout),
                 session.post(
-                    self._url, data=payload, headers=self._headers_for(False), timeout=_NO_CLIENT_TIMEOUT
+                    self._url,
+                    data=http.request_body(payload),
+                    headers=self._headers_for(False),
+                    timeout=_NO_CLIENT_TIMEOUT,
                 ) as resp,
             ):
                 raw = await _read_limited(resp, MAX_BODY_BYTES)
@@ -101,7 +104,10 @@ class AnthropicProvider:
         try:
             async with asyncio.timeout(timeout):
                 resp = await session.post(
-                    self._url, data=payload, headers=self._headers_for(True), timeout=_NO_CLIENT_TIMEOUT
+                    self._url,
+                    data=http.request_body(payload),
+                    headers=self._headers_for(True),
+                    timeout=_NO_CLIENT_TIMEOUT,
                 )
                 if resp.status != 200:
                     raw = await _read_limited(resp, 64 * 1024)

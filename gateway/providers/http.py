@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import io
 import time
 from collections.abc import Mapping
 
@@ -115,6 +116,31 @@ def transport_error(provider: str, exc: BaseException) -> SwitchyardError:
     if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError)):
         return UpstreamError(f"upstream '{provider}' closed the connection", code="upstream_disconnected")
     return UpstreamError(f"upstream '{provider}' transport failure ({type(exc).__name__})")
+
+
+def request_body(data: bytes) -> bytes | io.BytesIO:
+    """What to hand aiohttp as a request body: bytes, or over 1 MiB a BytesIO (aiohttp warns,
+    a ResourceWarning, about large raw bytes; the BytesIO is sent with the same length)."""
+    return data if len(data) < 1024 * 1024 else io.BytesIO(data)
+
+
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024  # a complete JSON answer larger than this is not an answer
+MAX_ERROR_BYTES = 64 * 1024
+
+
+async def read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    """The whole body, or None once it grows past ``limit`` bytes (memory stays bounded
+    whatever an upstream sends)."""
+    if resp.content_length is not None and resp.content_length > limit:
+        return None
+    parts: list[bytes] = []
+    size = 0
+    async for piece in resp.content.iter_chunked(64 * 1024):
+        size += len(piece)
+        if size > limit:
+            return None
+        parts.append(piece)
+    return b"".join(parts)
 
 
 def bad_response(provider: str, what: str) -> UpstreamError:

@@ -42,11 +42,14 @@ class OpenAICompatProvider:
         try:
             async with (
                 asyncio.timeout(timeout),
-                session.post(self._base + path, data=data, headers=self._headers) as resp,
+                session.post(self._base + path, data=http.request_body(data), headers=self._headers) as resp,
             ):
-                raw = await resp.read()
+                limit = http.MAX_RESPONSE_BYTES if resp.status == 200 else http.MAX_ERROR_BYTES
+                raw = await http.read_limited(resp, limit)
                 if resp.status != 200:
-                    raise http.status_error(self.name, resp.status, resp.headers, raw)
+                    raise http.status_error(self.name, resp.status, resp.headers, raw or b"")
+                if raw is None:
+                    raise http.bad_response(self.name, f"body larger than {limit} bytes")
                 ctype = resp.headers.get("content-type", "")
         except SwitchyardError:
             raise
@@ -99,16 +102,16 @@ class OpenAICompatProvider:
             async with asyncio.timeout(timeout):
                 resp = await session.post(
                     self._base + "/chat/completions",
-                    data=orjson.dumps(out),
+                    data=http.request_body(orjson.dumps(out)),
                     headers=self._headers,
                     timeout=aiohttp.ClientTimeout(total=None, sock_read=idle_timeout),
                 )
                 if resp.status != 200:
                     try:
-                        raw = await resp.read()
+                        raw = await http.read_limited(resp, http.MAX_ERROR_BYTES)
                     finally:
                         resp.release()
-                    raise http.status_error(self.name, resp.status, resp.headers, raw)
+                    raise http.status_error(self.name, resp.status, resp.headers, raw or b"")
         except SwitchyardError:
             raise
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -148,6 +151,9 @@ class _OpenAIStream:
                     ) from None
                 except TimeoutError:
                     raise StreamBrokenError(f"upstream '{self._provider}' stream stalled") from None
+                except (aiohttp.http_exceptions.HttpProcessingError, ValueError):
+                    # one SSE line over aiohttp's line limit (LineTooLong; ValueError before 3.11)
+                    raise StreamBrokenError(f"upstream '{self._provider}' sent an oversized event") from None
                 if not line:
                     raise StreamBrokenError(f"upstream '{self._provider}' stream ended without [DONE]")
                 if not line.startswith(b"data:"):

@@ -76,6 +76,9 @@ async def run_with_fallback(
                     break
                 await asyncio.sleep(delay)
                 continue
+            except BaseException:
+                breaker.release()  # no verdict (cancelled, or not an upstream failure)
+                raise
             breaker.success()
             return AttemptOutcome(value, target)
     assert last is not None

@@ -40,6 +40,11 @@ class CircuitBreaker:
         self.opened_at = None
         self.probing = False
 
+    def release(self) -> None:
+        """The attempt ended without a verdict on the upstream (cancelled, or failed outside
+        it): free the half-open probe slot so a later request can probe."""
+        self.probing = False
+
     def failure(self) -> None:
         self.failures += 1
         if self.probing or self.failures >= self.failure_threshold:

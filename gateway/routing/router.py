@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from gateway.config.policy import Policy, RoutePolicy
 from gateway.core.errors import BadRequestError, NotFoundError, PermissionDeniedError, ServiceUnavailableError
 from gateway.core.types import Price, Principal, Target
+from gateway.routing.tiers import AutoRoute, build_auto
 
 _ENV_HINT = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
@@ -20,6 +22,7 @@ class RoutePlan:
     baseline: Target | None
     policy: RoutePolicy
     is_route: bool
+    auto: AutoRoute | None = None  # complexity routing over tiers (routes with a classifier)
 
 
 class Router:
@@ -31,6 +34,9 @@ class Router:
             self._plans[name] = self._plan(
                 name, [t.model for t in route.targets], route, route.baseline, True
             )
+            if route.classifier is not None:
+                auto = build_auto(name, route, self._route_planner(name, route))
+                self._plans[name] = replace(self._plans[name], auto=auto)
         if policy.allow_direct_models:
             for name in policy.models:
                 direct = RoutePolicy.model_validate({"targets": [name]})
@@ -39,15 +45,25 @@ class Router:
     def _target(self, name: str) -> Target:
         m = self._policy.models[name]
         p = m.price
+        if p is None:  # the loader fills prices in (config.catalog.resolve_prices)
+            raise ValueError(f"model '{name}' has no price: load the policy with gateway.config.loader")
         return Target(
             model=name,
             provider=m.provider,
             upstream_model=m.upstream or name,
             price=Price(
-                input=p.input, output=p.output, cached_input=p.cached_input, cache_write=p.cache_write
+                input=p.input,
+                output=p.output,
+                cached_input=p.cached_input,
+                cache_write=p.cache_write,
+                cache_write_1h=p.cache_write_1h,
             ),
             context_window=m.context_window,
+            self_hosted=self._policy.providers[m.provider].self_hosted,
         )
+
+    def _route_planner(self, name: str, route: RoutePolicy) -> Callable[[list[str]], RoutePlan]:
+        return lambda models: self._plan(name, models, route, route.baseline, True)
 
     def _plan(
         self, name: str, models: list[str], route: RoutePolicy, baseline: str | None, is_route: bool

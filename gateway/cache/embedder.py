@@ -1,0 +1,181 @@
+"""The shared sentence embedder (all-MiniLM-L6-v2, 384 dims, L2-normalised float32).
+
+``load_embedder()`` builds it on demand (nothing heavy happens at import); the gateway
+calls it only when a route uses the semantic cache or the complexity classifier.
+
+- ``Embedder.encode(texts)`` is synchronous and thread-safe: one (n, 384) float32 array.
+- ``await Embedder.embed(text)`` micro-batches concurrent callers: one worker thread
+  takes every queued text, and while traffic is concurrent it lingers up to
+  ``linger_s`` (1 ms) for more before encoding them as one batch (at most ``max_batch``).
+  A lone request at low load does not wait.
+
+Backends: ``onnx`` (int8 ONNX Runtime export of the same model; fast), ``torch``
+(sentence-transformers; the reference vectors), ``auto`` = onnx when onnxruntime is
+installed, else torch. Both give the same vector space (cosine >= 0.98, tested)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from gateway.cache import embed_backends
+from gateway.cache.embed_backends import DIM, EncodeFn
+
+Vector = npt.NDArray[np.float32]
+_Job = tuple[str, asyncio.AbstractEventLoop, "asyncio.Future[Vector]"]
+
+
+SPACE = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class Embedder:
+    """Thread-safe sync ``encode`` plus a micro-batching ``embed`` for asyncio callers."""
+
+    space = SPACE  # the vector space every backend reproduces
+
+    def __init__(
+        self, name: str, encode_fn: EncodeFn, *, max_batch: int = 32, linger_s: float = 0.001
+    ) -> None:
+        self.name = name
+        self.dim = DIM
+        self._encode_fn = encode_fn
+        self._lock = threading.Lock()
+        self._max_batch = max_batch
+        self._linger_s = linger_s
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self.batches = 0  # counters for tests and benchmarks
+        self.batched_texts = 0
+
+    def encode(self, texts: Sequence[str]) -> Vector:
+        with self._lock:
+            out = self._encode_fn(list(texts))
+        return np.ascontiguousarray(out, dtype=np.float32).reshape(len(texts), self.dim)
+
+    async def embed(self, text: str) -> Vector:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Vector] = loop.create_future()
+        self._ensure_worker()
+        self._jobs.put((text, loop, fut))
+        return await fut
+
+    def close(self) -> None:
+        """Stop the worker thread (pending callers still get their vectors)."""
+        with self._start_lock:
+            if self._worker is not None:
+                self._jobs.put(None)
+                self._worker.join(timeout=5)
+                self._worker = None
+
+    def _ensure_worker(self) -> None:
+        if self._worker is not None:
+            return
+        with self._start_lock:
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._run, name="switchyard-embedder", daemon=True)
+                self._worker.start()
+
+    def _collect(self, first: _Job, concurrent: bool) -> tuple[list[_Job], bool]:
+        batch = [first]
+        stop = False
+        deadline = time.perf_counter() + (self._linger_s if concurrent else 0.0)
+        while len(batch) < self._max_batch:
+            timeout = deadline - time.perf_counter()
+            try:
+                job = self._jobs.get(timeout=timeout) if timeout > 0 else self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                stop = True
+                break
+            batch.append(job)
+        return batch, stop
+
+    def _run(self) -> None:
+        concurrent = False
+        while True:
+            first = self._jobs.get()
+            if first is None:
+                return
+            batch, stop = self._collect(first, concurrent)
+            concurrent = len(batch) > 1
+            try:
+                vecs = self.encode([job[0] for job in batch])
+                self.batches += 1
+                self.batched_texts += len(batch)
+                for i, (_, loop, fut) in enumerate(batch):
+                    loop.call_soon_threadsafe(_resolve, fut, vecs[i].copy(), None)
+            except Exception as exc:  # every waiting caller gets the error, the worker lives on
+                for _, loop, fut in batch:
+                    loop.call_soon_threadsafe(_resolve, fut, None, exc)
+            if stop:
+                return
+
+
+class LazyEmbedder:
+    """The process-wide embedder, loaded (in a thread) on the first ``await get()`` only."""
+
+    def __init__(self, backend: str = "auto", home: Path | None = None) -> None:
+        self.backend = backend
+        self.home = home
+        self._embedder: Embedder | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def loaded(self) -> Embedder | None:
+        return self._embedder
+
+    async def get(self) -> Embedder:
+        if self._embedder is None:
+            async with self._lock:
+                if self._embedder is None:
+                    self._embedder = await asyncio.to_thread(load_embedder, self.backend, self.home)
+        return self._embedder
+
+    def close(self) -> None:
+        if self._embedder is not None:
+            self._embedder.close()
+
+
+def _resolve(fut: asyncio.Future[Vector], vec: Vector | None, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    elif vec is not None:
+        fut.set_result(vec)
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("SWITCHYARD_HOME") or Path.home() / ".switchyard").expanduser()
+
+
+def onnx_available() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "tokenizers"))
+
+
+def load_embedder(backend: str = "auto", home: Path | None = None) -> Embedder:
+    """Build an embedder. ``backend``: auto | onnx | torch (``SWITCHYARD_EMBEDDER`` overrides auto).
+
+    The onnx backend exports the packaged model at first use (needs torch and onnx once,
+    ~30 s) and caches it under ``<SWITCHYARD_HOME>/models``."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if backend == "auto":
+        backend = os.environ.get("SWITCHYARD_EMBEDDER") or ("onnx" if onnx_available() else "torch")
+    if backend == "onnx":
+        # The onnx backend encodes one text per run (see embed_backends): lingering for more
+        # callers would only add latency; batching still comes from the queue under load.
+        return Embedder("minilm-l6-onnx-int8", embed_backends.load_onnx(home or default_home()), linger_s=0.0)
+    if backend == "torch":
+        return Embedder("minilm-l6-torch", embed_backends.load_torch())
+    raise ValueError(f"unknown embedder backend {backend!r} (auto, onnx, torch)")

@@ -1,0 +1,148 @@
+"""What the pipeline holds for the semantic cache and the shared embedding: one per process.
+
+Importing this module loads nothing heavy (no numpy, faiss, onnxruntime or torch): they are
+imported on the first request of a route that enables the semantic cache or the classifier
+(``warm`` loads them at start-up when the policy has such a route)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gateway.cache.semantic_key import SemanticKey, semantic_key
+from gateway.config.policy import CachePolicy, Policy
+
+if TYPE_CHECKING:
+    from gateway.cache.embedder import Embedder
+    from gateway.cache.semantic import Lookup, SemanticCache
+    from gateway.cache.semantic_redis import RedisSemanticStore
+
+log = logging.getLogger("switchyard.semcache")
+
+
+@dataclass(slots=True)
+class SemanticResult:
+    """One lookup: its key, the query vector (shared with the classifier) and the result."""
+
+    key: SemanticKey
+    vector: Any  # numpy float32 (384,)
+    lookup: Lookup
+    seconds: float
+
+
+class SemanticLayer:
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        *,
+        backend: str = "auto",
+        home: Path | None = None,
+        on_redis_error: Callable[[], None] | None = None,
+    ) -> None:
+        self._redis_url = redis_url
+        self._backend = backend
+        self._home = home
+        self._on_redis_error = on_redis_error
+        self._embedder: Embedder | None = None
+        self._embed_lock: asyncio.Lock | None = None
+        self._cache: SemanticCache | None = None
+        self._config: tuple[object, ...] | None = None
+        self._store: RedisSemanticStore | None = None
+        self._retired: list[Any] = []
+
+    # ------------------------------------------------------------------ shared embedder
+    async def embedder(self) -> Embedder:
+        """The process-wide embedder, loaded in a thread on first use."""
+        if self._embedder is None:
+            if self._embed_lock is None:
+                self._embed_lock = asyncio.Lock()
+            async with self._embed_lock:
+                if self._embedder is None:
+                    mod: Any = importlib.import_module("gateway.cache.embedder")
+                    self._embedder = await asyncio.to_thread(mod.load_embedder, self._backend, self._home)
+        assert self._embedder is not None
+        return self._embedder
+
+    @staticmethod
+    def wanted(policy: Policy) -> bool:
+        return any(r.semantic_cache.enabled for r in policy.routes.values())
+
+    async def warm(self, policy: Policy) -> None:
+        """Load the embedder and the cache now when a route of ``policy`` uses them."""
+        if not self.wanted(policy):
+            return
+        try:
+            await self.embedder()
+            await self.cache(policy.cache)
+        except Exception:  # the first lookup tries again (and counts as a miss if it fails)
+            log.exception("semantic cache: loading the embedder failed")
+
+    # ------------------------------------------------------------------ the cache
+    def _redis_for(self, c: CachePolicy) -> str | None:
+        return self._redis_url or (c.redis_url if c.backend == "redis" else None)
+
+    async def cache(self, c: CachePolicy) -> SemanticCache:
+        """The cache for this cache policy (rebuilt when its settings change on a reload)."""
+        config = (self._redis_for(c), c.semantic_max_entries, c.semantic_redis_prefix)
+        if self._cache is not None and self._config == config:
+            return self._cache
+        sem: Any = importlib.import_module("gateway.cache.semantic")
+        ver: Any = importlib.import_module("gateway.cache.verifier")
+        cache: SemanticCache = sem.SemanticCache(ver.load_verifier(), max_entries=c.semantic_max_entries)
+        old_cache, old_store = self._cache, self._store
+        self._cache, self._config, self._store = cache, config, None
+        url = config[0]
+        if url:
+            red: Any = importlib.import_module("gateway.cache.semantic_redis")
+            store: RedisSemanticStore = red.RedisSemanticStore(
+                url, prefix=c.semantic_redis_prefix, max_entries=c.semantic_max_entries,
+                on_error=self._on_redis_error,
+            )  # fmt: skip
+            self._store = store
+            cache.sink = store
+            task = asyncio.get_running_loop().create_task(store.start(cache))  # rebuild in the background
+            self._retired.append(task)
+        if old_store is not None:
+            await old_store.aclose()
+        if old_cache is not None:
+            old_cache.close()
+        return cache
+
+    async def lookup(
+        self, policy: Policy, route: str, tenant: str, body: dict[str, Any]
+    ) -> SemanticResult | None:
+        """Embed the last user message and look it up; None when the request has no text to key on."""
+        cfg = policy.routes[route].semantic_cache
+        key = semantic_key(tenant, route, body)
+        if key is None:
+            return None
+        started = time.perf_counter()
+        emb = await self.embedder()
+        vector = await emb.embed(key.text)
+        cache = await self.cache(policy.cache)
+        found = cache.lookup(key.context, key.text, vector, cfg.threshold)
+        return SemanticResult(key, vector, found, time.perf_counter() - started)
+
+    def store(self, result: SemanticResult, payload: bytes, ttl: float) -> None:
+        if self._cache is not None:
+            self._cache.insert(result.key.context, result.key.text, result.vector, payload, ttl)
+
+    async def aclose(self) -> None:
+        for task in self._retired:
+            if isinstance(task, asyncio.Task):
+                task.cancel()
+        await asyncio.gather(
+            *(t for t in self._retired if isinstance(t, asyncio.Task)), return_exceptions=True
+        )
+        if self._store is not None:
+            await self._store.aclose()
+        if self._cache is not None:
+            self._cache.close()
+        if self._embedder is not None:
+            self._embedder.close()

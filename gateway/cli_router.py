@@ -1,0 +1,317 @@
+"""`switchyard train router | router score | eval router`: the complexity classifier's tools.
+
+    switchyard train router --data DIR_OR_FILES... [--out PATH]
+    switchyard router score --input prompts.jsonl --output scores.jsonl
+    switchyard eval router --data FILE.jsonl [--json] [--plot out.png]
+
+Everything heavy (numpy, the embedder, matplotlib) is imported when a command runs."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from gateway.cache.embedder import Embedder
+
+CHUNK = 128  # texts per encode call (sorted by length, so little padding)
+
+
+def _fail(msg: str) -> int:
+    print(f"error: {msg}", file=sys.stderr)
+    return 2
+
+
+def read_jsonl(path: Path, need: tuple[str, ...]) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for i, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{i}: not JSON ({exc.msg})") from None
+            if not isinstance(row, dict) or any(k not in row for k in need):
+                raise ValueError(f"{path}:{i}: a row needs the fields {', '.join(need)}")
+            if not isinstance(row["prompt"], str):
+                raise ValueError(f"{path}:{i}: 'prompt' must be a string")
+            rows.append(row)
+    return rows
+
+
+# ----------------------------------------------------------------------------- embedding
+def load_embedders(n: int, backend: str) -> list[Embedder]:
+    from gateway.cache.embedder import load_embedder
+
+    return [load_embedder(backend) for _ in range(n)]
+
+
+def encode_all(texts: list[str], embedders: list[Embedder]) -> npt.NDArray[np.float32]:
+    """Embed many texts: sorted by length into chunks, chunks spread over the embedders (one
+    thread each; the backends release the GIL), rows returned in input order."""
+    import numpy as np
+
+    dim = embedders[0].dim
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    chunks = [order[i : i + CHUNK] for i in range(0, len(order), CHUNK)]
+
+    def work(k: int) -> None:
+        emb = embedders[k % len(embedders)]
+        for c in chunks[k :: len(embedders)]:
+            out[c] = emb.encode([texts[i] for i in c])
+
+    with ThreadPoolExecutor(len(embedders)) as pool:
+        list(pool.map(work, range(len(embedders))))
+    return out
+
+
+def cached_encode(
+    texts: list[str], embedders: list[Embedder], cache_dir: Path | None
+) -> npt.NDArray[np.float32]:
+    import numpy as np
+
+    if cache_dir is None:
+        return encode_all(texts, embedders)
+    digest = hashlib.sha256(("\x00".join(texts) + embedders[0].name).encode()).hexdigest()[:16]
+    path = cache_dir / f"emb-{embedders[0].name}-{digest}.npy"
+    if path.exists():
+        cached: npt.NDArray[np.float32] = np.load(path)
+        return cached
+    vecs = encode_all(texts, embedders)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    np.save(path, vecs)
+    return vecs
+
+
+def _workers(arg: int | None) -> int:
+    return max(1, arg if arg else min(8, os.cpu_count() or 1))
+
+
+# ----------------------------------------------------------------------------- router score
+def cmd_score(args: argparse.Namespace) -> int:
+    from gateway.routing.classifier import ClassifierError, ComplexityClassifier
+
+    try:
+        rows = read_jsonl(Path(args.input), ("prompt",))
+        clf = ComplexityClassifier.load(Path(args.weights) if args.weights else None)
+    except (OSError, ValueError) as exc:
+        return _fail(str(exc))
+    t0 = time.perf_counter()
+    embedders = load_embedders(_workers(args.workers), args.embedder)
+    try:
+        clf.check_embedder(embedders[0].name, embedders[0].dim)
+    except ClassifierError as exc:
+        return _fail(str(exc))
+    t1 = time.perf_counter()
+    texts = [r["prompt"] for r in rows]
+    scores: list[float] = clf.score_batch(encode_all(texts, embedders), texts).tolist() if texts else []
+    t2 = time.perf_counter()
+    with Path(args.output).open("w", encoding="utf-8") as fh:
+        for s in scores:
+            fh.write(json.dumps({"score": round(s, 6)}) + "\n")
+    rate = len(texts) / (t2 - t1) if t2 > t1 else float("inf")
+    print(
+        f"scored {len(texts)} prompts in {t2 - t1:.2f}s ({rate:.0f} prompts/s; embedder "
+        f"{embedders[0].name} x{len(embedders)}, loaded in {t1 - t0:.2f}s) -> {args.output}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+# ----------------------------------------------------------------------------- train router
+def _data_files(specs: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for spec in specs:
+        p = Path(spec)
+        if p.is_dir():
+            files += sorted(p.glob("*.jsonl"))
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise ValueError(f"{spec}: no such file or directory")
+    if not files:
+        raise ValueError("no .jsonl files in --data")
+    return files
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from gateway.routing.trainer import train_router
+
+    try:
+        files = _data_files(args.data)
+    except ValueError as exc:
+        return _fail(str(exc))
+    embedders = load_embedders(_workers(args.workers), args.embedder)
+    command = "switchyard train router " + " ".join(
+        [*(f"--data {d}" for d in args.data), f"--out {args.out}"]
+        + ([f"--seed {args.seed}"] if args.seed else [])
+        + ([f"--l2 {args.l2:g}"] if args.l2 is not None else [])
+    )
+    try:
+        doc = train_router(
+            files,
+            lambda texts: cached_encode(texts, embedders, Path(args.cache) if args.cache else None),
+            embedder_name=embedders[0].name,
+            seed=args.seed,
+            l2=args.l2,
+            command=command,
+            log=lambda m: print(m, file=sys.stderr),
+        )
+    except ValueError as exc:
+        return _fail(str(exc))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+# ----------------------------------------------------------------------------- eval router
+def cmd_eval(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from gateway.ledger.tokens import count_text
+    from gateway.routing.classifier import ClassifierError, ComplexityClassifier
+    from gateway.routing.evalreport import DEFAULT_OUTPUT_TOKENS, EvalData, evaluate, render_text
+
+    try:
+        rows = read_jsonl(Path(args.data), ("prompt", "weak_correct", "strong_correct"))
+        prices = _prices(args)
+    except (OSError, ValueError) as exc:
+        return _fail(str(exc))
+    if len(rows) < 2:
+        return _fail("need at least 2 labelled rows")
+    texts = [r["prompt"] for r in rows]
+    if args.scores:
+        try:
+            scores = np.array([float(r["score"]) for r in _read_scores(Path(args.scores), len(rows))])
+        except (OSError, ValueError) as exc:
+            return _fail(str(exc))
+    else:
+        try:
+            clf = ComplexityClassifier.load(Path(args.weights) if args.weights else None)
+            embedders = load_embedders(_workers(args.workers), args.embedder)
+            clf.check_embedder(embedders[0].name, embedders[0].dim)
+        except ClassifierError as exc:
+            return _fail(str(exc))
+        scores = clf.score_batch(encode_all(texts, embedders), texts)
+    has_resp = all(
+        isinstance(r.get("weak_response"), str) and isinstance(r.get("strong_response"), str) for r in rows
+    )
+
+    def toks(key: str) -> Any:
+        if has_resp:
+            return np.array([count_text(r[key], "gpt-4") for r in rows], dtype=np.float64)
+        return np.full(len(rows), float(DEFAULT_OUTPUT_TOKENS))
+
+    data = EvalData(
+        weak=np.array([1.0 if r["weak_correct"] else 0.0 for r in rows]),
+        strong=np.array([1.0 if r["strong_correct"] else 0.0 for r in rows]),
+        input_tokens=np.array([count_text(t, "gpt-4") for t in texts], dtype=np.float64),
+        weak_output_tokens=toks("weak_response"),
+        strong_output_tokens=toks("strong_response"),
+        output_tokens_source=(
+            "counted from weak_response/strong_response (cl100k_base)"
+            if has_resp
+            else f"estimated: {DEFAULT_OUTPUT_TOKENS} tokens per answer (the file has no responses)"
+        ),
+        prompt_chars=np.array([float(len(t)) for t in texts]),
+    )
+    report = evaluate(scores, data, prices)
+    curves = report.pop("_curves")
+    if args.plot:
+        from gateway.routing.plot import plot_cost_quality
+
+        plot_cost_quality(curves, report, Path(args.plot))
+    if args.json:
+        for r in report["routers"]:
+            r.pop("curve", None)
+        print(json.dumps(report))
+    else:
+        print(render_text(report))
+        if args.plot:
+            print(f"\ncost-quality curve: {args.plot}")
+    return 0
+
+
+def _read_scores(path: Path, n: int) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if len(rows) != n:
+        raise ValueError(f"{path}: {len(rows)} scores for {n} labelled rows")
+    return rows
+
+
+def _prices(args: argparse.Namespace) -> Any:
+    from gateway.routing.evalreport import PriceTable
+
+    def pair(spec: str | None, default: tuple[float, float]) -> tuple[float, float]:
+        if not spec:
+            return default
+        parts = spec.split(",")
+        if len(parts) != 2:
+            raise ValueError(f"price {spec!r}: expected INPUT,OUTPUT in USD per 1M tokens")
+        return float(parts[0]), float(parts[1])
+
+    base = PriceTable()
+    wi, wo = pair(args.price_weak, (base.weak_input, base.weak_output))
+    si, so = pair(args.price_strong, (base.strong_input, base.strong_output))
+    return PriceTable(weak_input=wi, weak_output=wo, strong_input=si, strong_output=so)
+
+
+# ----------------------------------------------------------------------------- parser
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--embedder", default="auto", choices=["auto", "onnx", "torch"], help="embedding backend")
+    p.add_argument("--workers", type=int, default=None, help="embedding threads (default: cores, at most 8)")
+
+
+def register(sub: Any) -> None:
+    """`switchyard train router` and `switchyard router score`."""
+    train = sub.add_parser("train", help="train models from labelled data")
+    tsub = train.add_subparsers(dest="train_command", metavar="{router}")
+    tr = tsub.add_parser(
+        "router", help="train the complexity classifier (weak/strong correctness per prompt)"
+    )
+    tr.add_argument("--data", nargs="+", required=True, help="JSONL files or directories of them")
+    tr.add_argument("--out", default="router_weights.json", help="weights file to write")
+    tr.add_argument("--seed", type=int, default=0, help="seed of the cross-validation folds")
+    tr.add_argument("--l2", type=float, default=None, help="L2 strength (default: chosen by grouped CV)")
+    tr.add_argument("--cache", default=None, help="directory to cache embeddings in (never inside the repo)")
+    _common(tr)
+    tr.set_defaults(func=cmd_train)
+    train.set_defaults(func=lambda _a: (train.print_help(), 2)[1])
+
+    router = sub.add_parser("router", help="complexity classifier tools")
+    rsub = router.add_subparsers(dest="router_command", metavar="{score}")
+    sc = rsub.add_parser("score", help='score prompts: one {"score": float} per input row, in order')
+    sc.add_argument("--input", required=True, help='JSONL with a "prompt" per row')
+    sc.add_argument("--output", required=True, help="JSONL to write")
+    sc.add_argument("--weights", default=None, help="router weights (default: the shipped ones)")
+    _common(sc)
+    sc.set_defaults(func=cmd_score)
+    router.set_defaults(func=lambda _a: (router.print_help(), 2)[1])
+
+
+def register_eval(esub: Any) -> None:
+    """`switchyard eval router`."""
+    ev = esub.add_parser("router", help="APGR, CPT(50%%), CPT(80%%) and dollars of the classifier")
+    ev.add_argument("--data", required=True, help="JSONL: prompt, weak_correct, strong_correct[, *_response]")
+    ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.add_argument("--plot", default=None, help="write the cost-quality curve as PNG")
+    ev.add_argument("--scores", default=None, help="evaluate these scores (router score output) instead")
+    ev.add_argument("--weights", default=None, help="router weights (default: the shipped ones)")
+    ev.add_argument("--price-weak", default=None, help="USD per 1M tokens IN,OUT (default 0.60,0.60)")
+    ev.add_argument("--price-strong", default=None, help="USD per 1M tokens IN,OUT (default 10,30)")
+    _common(ev)
+    ev.set_defaults(func=cmd_eval)

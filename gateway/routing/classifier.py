@@ -1,0 +1,132 @@
+"""The complexity classifier at inference: a logistic model over the shared sentence embedding
+and cheap text features (gateway.routing.features). Pure numpy; the embedding comes from the
+caller (the shared embedder), so scoring one prompt costs one 400-wide dot product plus the
+text features.
+
+The weights file (JSON) records the embedder it was trained on; loading refuses an embedder
+of another name or dimension, so a score is never computed on vectors of the wrong space."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from gateway.routing.features import FEATURE_NAMES, feature_matrix, text_features
+
+FORMAT: Final = "switchyard-router/1"
+EMBEDDER_NAME: Final = "sentence-transformers/all-MiniLM-L6-v2"
+EMBEDDER_DIM: Final = 384
+SHIPPED_WEIGHTS: Final = Path(__file__).resolve().parent / "router_weights.json"
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+
+
+class ClassifierError(ValueError):
+    """A weights file that cannot be used (unreadable, wrong format, wrong embedder)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationPoint:
+    threshold: float
+    strong_fraction: float  # expected share of prompts sent to the strong tier
+    quality: float  # expected accuracy relative to always-strong (1.0 = strong quality)
+
+
+class ComplexityClassifier:
+    """score(embedding, text) -> probability-like score; higher = needs the strong model."""
+
+    def __init__(self, doc: dict[str, Any], source: str) -> None:
+        try:
+            if doc.get("format") != FORMAT:
+                raise ClassifierError(f"{source}: not a {FORMAT} weights file")
+            emb = doc["embedder"]
+            self.embedder_name: str = str(emb["name"])
+            self.dim: int = int(emb["dim"])
+            if tuple(doc["features"]) != FEATURE_NAMES:
+                raise ClassifierError(f"{source}: trained on other text features than this version computes")
+            self._mean = np.asarray(doc["feature_mean"], dtype=np.float64)
+            self._std = np.asarray(doc["feature_std"], dtype=np.float64)
+            self._w_emb = np.asarray(doc["w_emb"], dtype=np.float64) * float(doc.get("emb_scale", 1.0))
+            self._w_feat = np.asarray(doc["w_feat"], dtype=np.float64) / self._std
+            self._bias = float(doc["bias"]) - float(self._w_feat @ self._mean)
+            self.calibration: tuple[CalibrationPoint, ...] = tuple(
+                CalibrationPoint(float(p["threshold"]), float(p["strong_fraction"]), float(p["quality"]))
+                for p in doc.get("calibration", [])
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ClassifierError):
+                raise
+            raise ClassifierError(f"{source}: malformed weights file ({exc!r})") from None
+        if self._w_emb.shape != (self.dim,) or self._w_feat.shape != (len(FEATURE_NAMES),):
+            raise ClassifierError(f"{source}: weight shapes do not match the declared dimensions")
+        self.source = source
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> ComplexityClassifier:
+        path = path or SHIPPED_WEIGHTS
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ClassifierError(f"cannot read router weights {path}: {exc}") from None
+        if not isinstance(doc, dict):
+            raise ClassifierError(f"{path}: not a JSON object")
+        return cls(doc, str(path))
+
+    def check_embedder(self, name: str, dim: int) -> None:
+        """Refuse vectors from an embedder the weights were not trained on. Backends of one
+        model (torch reference, ONNX int8 export) share its vector space and are accepted."""
+        if vector_space(name) != vector_space(self.embedder_name) or dim != self.dim:
+            raise ClassifierError(
+                f"router weights {self.source} were trained on {self.embedder_name} ({self.dim}-d), "
+                f"not {name} ({dim}-d)"
+            )
+
+    def score(self, embedding: F32, text: str) -> float:
+        """Score of one prompt from its embedding (shape (dim,)) and its text."""
+        if embedding.shape != (self.dim,):
+            raise ClassifierError(f"embedding has shape {embedding.shape}, expected ({self.dim},)")
+        z = float(self._w_emb @ embedding) + float(self._w_feat @ np.asarray(text_features(text)))
+        return _sigmoid(z + self._bias)
+
+    def score_batch(self, embeddings: F32, texts: list[str]) -> F64:
+        if embeddings.shape != (len(texts), self.dim):
+            raise ClassifierError(
+                f"embeddings have shape {embeddings.shape}, expected ({len(texts)}, {self.dim})"
+            )
+        z = (
+            embeddings.astype(np.float64) @ self._w_emb
+            + feature_matrix(texts).astype(np.float64) @ self._w_feat
+        )
+        return np.asarray(0.5 * (1.0 + np.tanh(0.5 * (z + self._bias))), dtype=np.float64)
+
+    def threshold_for_quality(self, target: float) -> float:
+        """The highest threshold whose calibrated quality reaches ``target`` (fraction of strong
+        quality): the fewest strong calls expected to keep that quality."""
+        if not self.calibration:
+            raise ClassifierError(f"{self.source} has no calibration curve; set classifier.threshold")
+        ok = [p for p in self.calibration if p.quality >= target]
+        if not ok:  # even always-strong falls short: send everything to the strong tier
+            return min(p.threshold for p in self.calibration)
+        return max(p.threshold for p in ok)
+
+    def expected(self, threshold: float) -> CalibrationPoint | None:
+        """The calibration point at ``threshold`` (the nearest one at or above it)."""
+        above = [p for p in self.calibration if p.threshold >= threshold]
+        return min(above, key=lambda p: p.threshold) if above else None
+
+
+def vector_space(embedder_name: str) -> str:
+    """The model whose vector space an embedder produces: every all-MiniLM-L6-v2 backend
+    ("sentence-transformers/all-MiniLM-L6-v2", "minilm-l6-onnx-int8", ...) is one space."""
+    lowered = embedder_name.lower()
+    return "all-minilm-l6-v2" if "minilm-l6" in lowered else lowered
+
+
+def _sigmoid(z: float) -> float:
+    return float(0.5 * (1.0 + np.tanh(0.5 * z)))

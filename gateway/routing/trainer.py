@@ -1,0 +1,126 @@
+"""`switchyard train router`: read labelled files, embed, choose the L2 strength by grouped
+cross-validation (a fold never shares a task/domain with its training data, so the choice
+rewards generalising to unseen tasks), fit on everything, calibrate on out-of-fold scores."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gateway.routing.classifier import EMBEDDER_DIM, EMBEDDER_NAME, FORMAT
+from gateway.routing.evaluation import router_metrics
+from gateway.routing.features import FEATURE_NAMES
+from gateway.routing.train import (
+    Example,
+    calibration_curve,
+    correctness,
+    feature_table,
+    fit,
+    group_folds,
+    labels,
+)
+
+L2_GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
+FOLDS = 5
+EncodeFn = Callable[[list[str]], npt.NDArray[np.float32]]
+
+
+def read_examples(files: list[Path]) -> list[Example]:
+    out: list[Example] = []
+    for path in files:
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            try:
+                out.append(
+                    Example(
+                        prompt=str(row["prompt"]),
+                        weak_correct=bool(row["weak_correct"]),
+                        strong_correct=bool(row["strong_correct"]),
+                        group=f"{path.stem}/{row.get('domain') or ''}",
+                    )
+                )
+            except KeyError as exc:
+                raise ValueError(f"{path}:{i}: missing field {exc}") from None
+    if len(out) < 50:
+        raise ValueError(f"only {len(out)} labelled prompts; need at least 50 to train")
+    return out
+
+
+def train_router(
+    files: list[Path],
+    encode: EncodeFn,
+    *,
+    embedder_name: str,
+    seed: int,
+    l2: float | None,
+    command: str,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    examples = read_examples(files)
+    log(f"{len(examples)} labelled prompts from {len(files)} file(s); embedding ...")
+    texts = [e.prompt for e in examples]
+    emb = encode(texts)
+    feats = feature_table(examples)
+    y = labels(examples)
+    weak, strong = correctness(examples)
+    groups = [e.group for e in examples]
+    folds = group_folds(groups, FOLDS, seed)
+    cv: dict[str, Any] = {}
+    best: tuple[float, float, npt.NDArray[np.float64]] | None = None
+    for lam in (l2,) if l2 is not None else L2_GRID:
+        oof = np.zeros(len(y))
+        fold_apgr = []
+        for idx in folds:
+            train = np.setdiff1d(np.arange(len(y)), idx)
+            oof[idx] = fit(emb[train], feats[train], y[train], lam).scores(emb[idx], feats[idx])
+            fold_apgr.append(router_metrics(oof[idx], weak[idx], strong[idx]).apgr)
+        mean = float(np.mean(fold_apgr))
+        cv[f"{lam:g}"] = round(mean, 4)
+        log(f"  l2={lam:g}: held-out-group APGR per fold {[round(a, 3) for a in fold_apgr]} mean {mean:.4f}")
+        if best is None or mean > best[0]:
+            best = (mean, lam, oof.copy())
+    assert best is not None
+    _, lam, oof = best
+    final = fit(emb, feats, y, lam)
+    d = final.design
+    n_emb = emb.shape[1]
+    pooled = router_metrics(oof, weak, strong)
+    log(f"chose l2={lam:g}; pooled out-of-fold APGR {pooled.apgr:.4f} CPT50 {pooled.cpt50:.1f}%")
+    return {
+        "format": FORMAT,
+        "embedder": {"name": EMBEDDER_NAME, "dim": EMBEDDER_DIM, "trained_with": embedder_name},
+        "model": "logistic regression on [embedding, standardised text features]",
+        "label": "weak model incorrect (score = estimated probability that the cheap model fails)",
+        "features": list(FEATURE_NAMES),
+        "feature_mean": [round(float(v), 6) for v in d.mean],
+        "feature_std": [round(float(v), 6) for v in d.std],
+        "emb_scale": d.emb_scale,
+        "w_emb": [round(float(v), 6) for v in final.w[:n_emb]],
+        "w_feat": [round(float(v), 6) for v in final.w[n_emb:]],
+        "bias": round(final.b, 6),
+        "calibration": calibration_curve(oof, weak, strong),
+        "calibration_source": f"out-of-fold scores, {FOLDS} folds grouped by file/domain",
+        "training": {
+            "command": command,
+            "seed": seed,
+            "l2": lam,
+            "cv_mean_fold_apgr": cv,
+            "n": len(examples),
+            "files": [{"name": p.name, "sha256": _sha(p)} for p in files],
+            "oof_apgr": round(pooled.apgr, 4),
+            "oof_cpt50": round(pooled.cpt50, 2),
+            "oof_cpt80": round(pooled.cpt80, 2),
+        },
+    }
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]

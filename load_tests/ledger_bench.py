@@ -1,0 +1,357 @@
+"""Ledger benchmark: 1M rows into SQLite and PostgreSQL, then the spend queries timed; and the
+ledger's CPU cost per request at 3,000 req/s.
+
+    python -m load_tests.ledger_bench [--rows 1000000] [--pg URL | --no-pg] [--out DIR]
+
+- Ingest: SQLite through the real writer (``SQLiteLedger.write`` + group commit), rows/s.
+  PostgreSQL: a sample through the real outbox + shipper (rows/s), the rest by COPY.
+- Queries (median of 3, cold-ish then warm): spend by model / by tenant over the last day and
+  the last 30 days, by model for one tenant, daily series by model, savings by cause, budget
+  seeding (``spent_since``), on both stores.
+- CPU per request: what the pipeline does for the ledger on each request (price it twice,
+  build the row, ``submit()`` and await the group commit) at 3,000 req/s with 64 in flight,
+  measured as process CPU time (all threads, the writer included) over wall time.
+
+Writes ``ledger-bench-<UTC>.json`` and ``.md`` under DIR (default load_tests/reports/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from gateway.core.types import Price, Target, Usage
+from gateway.ledger.meter import savings_cause
+from gateway.ledger.postgres import PostgresLedger, pg_connect, pg_migrate
+from gateway.ledger.pricing import cost_of
+from gateway.ledger.report import savings_by_cause, spend, spend_series, spent_since
+from gateway.ledger.row import LedgerRow
+from gateway.ledger.schema import COLUMNS
+from gateway.ledger.store import SQLiteLedger
+from load_tests.bench_procs import machine_info
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "reports"
+DAY = 86_400.0
+MODELS = [f"model-{i:02d}" for i in range(30)]
+TENANTS = [f"tenant-{i:02d}" for i in range(20)]
+ROUTES = [f"route-{i}" for i in range(10)]
+KEYS = [f"key{i:09d}" for i in range(200)]
+CAUSES = ["routing", "exact_cache", "semantic_cache", "self_hosted", "none"]
+
+
+def make_rows(n: int, end: float, seed: int = 7) -> list[LedgerRow]:
+    """``n`` rows spread over the 30 days before ``end``."""
+    rnd = random.Random(seed)
+    rows = []
+    for i in range(n):
+        inp, out = rnd.randint(20, 4000), rnd.randint(1, 1000)
+        cost = Decimal(rnd.randint(0, 50_000_000)).scaleb(-10)
+        rows.append(
+            LedgerRow(
+                request_id=f"bench-{i:09d}",
+                ts=end - rnd.random() * 30 * DAY,
+                tenant=rnd.choice(TENANTS),
+                key_id=rnd.choice(KEYS),
+                route=rnd.choice(ROUTES),
+                requested_model="auto",
+                served_model=rnd.choice(MODELS),
+                provider="openai",
+                endpoint="chat",
+                stream=bool(i & 1),
+                cache_status="miss",
+                input_tokens=inp,
+                cached_tokens=None,
+                cache_write_tokens=None,
+                output_tokens=out,
+                usage_estimated=False,
+                cost_usd=cost,
+                baseline_cost_usd=cost * 2,
+                latency_ms=rnd.random() * 2000,
+                ttft_ms=None,
+                status="ok",
+                http_status=200,
+                error_code=None,
+                attempts=1,
+                classifier_score=None,
+                savings_cause=rnd.choice(CAUSES),
+            )
+        )
+    return rows
+
+
+def timed(fn: Callable[[], Any], repeat: int = 3) -> dict[str, Any]:
+    runs = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        runs.append((time.perf_counter() - t0) * 1000)
+    return {
+        "median_ms": round(statistics.median(runs), 1),
+        "runs_ms": [round(r, 1) for r in runs],
+        "groups": len(result),
+    }
+
+
+def queries(url: str | Path, end: float) -> dict[str, dict[str, Any]]:
+    month = 30 * DAY
+    return {
+        "by_model_day": timed(lambda: spend(url, "model", DAY, now=end)),
+        "by_tenant_day": timed(lambda: spend(url, "tenant", DAY, now=end)),
+        "by_model_month": timed(lambda: spend(url, "model", month, now=end)),
+        "by_tenant_month": timed(lambda: spend(url, "tenant", month, now=end)),
+        "one_tenant_by_model_month": timed(lambda: spend(url, "model", month, now=end, tenant=TENANTS[3])),
+        "daily_series_by_model_month": timed(lambda: spend_series(url, "model", "day", month, now=end)),
+        "savings_by_cause_month": timed(lambda: savings_by_cause(url, "none", month, now=end)),
+        "spent_since_tenant_month": timed(lambda: spent_since(url, "tenant", end - month)),
+    }
+
+
+def bench_sqlite(rows: list[LedgerRow], workdir: Path, end: float) -> dict[str, Any]:
+    path = workdir / "ledger.db"
+    led = SQLiteLedger(path, batch_size=5000)
+    led.start()
+    t0 = time.perf_counter()
+    for r in rows:
+        led.write(r)
+    assert led.flush(timeout=3600)
+    ingest = time.perf_counter() - t0
+    led.close()
+    size = sum(p.stat().st_size for p in workdir.glob("ledger.db*"))
+    return {
+        "ingest_rows_per_s": round(len(rows) / ingest),
+        "ingest_s": round(ingest, 1),
+        "file_mb": round(size / 1e6, 1),
+        "queries": queries(path, end),
+    }
+
+
+def bench_postgres(rows: list[LedgerRow], base_url: str, workdir: Path, end: float) -> dict[str, Any]:
+    schema = f"sy_ledger_bench_{uuid.uuid4().hex[:8]}"
+    admin = pg_connect(base_url)
+    admin.autocommit = True
+    admin.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in base_url else "?"
+    url = f"{base_url}{sep}options=-csearch_path%3D{schema}"
+    try:
+        sample = min(50_000, len(rows))
+        led = PostgresLedger(url, workdir / "outbox.db", batch_size=5000, ship_batch=5000, idle_interval=0.05)
+        led.start()
+        t0 = time.perf_counter()
+        for r in rows[:sample]:
+            led.write(r)
+        assert led.ship_now(timeout=3600), led.ship_error
+        shipped = time.perf_counter() - t0
+        led.close()
+        t0 = time.perf_counter()
+        with pg_connect(url) as conn:
+            pg_migrate(conn)
+            with conn.cursor() as cur, cur.copy(f"COPY ledger ({', '.join(COLUMNS)}) FROM STDIN") as copy:
+                for r in rows[sample:]:
+                    copy.write_row([_pg_value(getattr(r, c)) for c in COLUMNS])
+            conn.commit()
+            conn.execute("ANALYZE ledger")
+            conn.commit()
+            size = conn.execute("SELECT pg_total_relation_size('ledger')").fetchone()
+        copied = time.perf_counter() - t0
+        return {
+            "outbox_ship_rows_per_s": round(sample / shipped),
+            "outbox_ship_sample_rows": sample,
+            "copy_rows_per_s": round((len(rows) - sample) / copied) if len(rows) > sample else None,
+            "table_mb": round(int(size[0]) / 1e6, 1) if size else None,
+            "queries": queries(url, end),
+        }
+    finally:
+        admin.execute(f"DROP SCHEMA {schema} CASCADE")
+        admin.close()
+
+
+def _pg_value(v: Any) -> Any:
+    return int(v) if isinstance(v, bool) else v
+
+
+async def _paced(rate: float, seconds: float, inflight: int, work: Callable[[int], Any]) -> dict[str, Any]:
+    """Start one task per request at ``rate`` req/s (at most ``inflight`` running), each
+    awaiting ``work(i)``; process CPU time (all threads) per request."""
+    sem = asyncio.Semaphore(inflight)
+    n = int(rate * seconds)
+
+    async def one(i: int) -> None:
+        async with sem:
+            await work(i)
+
+    tasks = []
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for i in range(n):
+        tasks.append(asyncio.ensure_future(one(i)))
+        delay = wall0 + (i + 1) / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+    await asyncio.gather(*tasks)
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    return {"requests": n, "achieved_rps": round(n / wall), "cpu_ms_per_request": round(cpu / n * 1000, 4)}
+
+
+def _ledger_work(ledger: SQLiteLedger) -> Callable[[int], Any]:
+    """What ``Pipeline._record`` does for the ledger on one request, then the durable wait."""
+    price = Price(Decimal("0.15"), Decimal("0.60"), Decimal("0.075"))
+    base = Price(Decimal("2.50"), Decimal("10.00"), Decimal("1.25"))
+    target = Target("mini", "openai", "gpt-4o-mini", price)
+    now = time.time()
+
+    async def work(i: int) -> None:
+        usage = Usage(1200, 300, cached_input_tokens=1000)
+        cost = cost_of(usage, price)
+        baseline = cost_of(Usage(usage.input_tokens, usage.output_tokens), base)
+        cause = savings_cause("miss", target, cost, baseline, "large")
+        row = LedgerRow(
+            request_id=f"cpu-{i}",
+            ts=now,
+            tenant="bench",
+            key_id="0123456789ab",
+            route="bench",
+            requested_model="bench",
+            served_model=target.model,
+            provider=target.provider,
+            endpoint="chat",
+            stream=False,
+            cache_status="miss",
+            input_tokens=usage.input_tokens,
+            cached_tokens=usage.cached_input_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            output_tokens=usage.output_tokens,
+            usage_estimated=usage.estimated,
+            cost_usd=cost,
+            baseline_cost_usd=baseline,
+            latency_ms=1.5,
+            ttft_ms=None,
+            status="ok",
+            http_status=200,
+            error_code=None,
+            attempts=1,
+            classifier_score=None,
+            savings_cause=cause,
+            route_decision=None,
+        )
+        await ledger.submit(row)
+
+    return work
+
+
+async def _noop(i: int) -> None:
+    await asyncio.sleep(0)  # the task still yields once, as awaiting the commit does
+
+
+def bench_cpu(
+    workdir: Path, rate: float = 3000.0, seconds: float = 5.0, inflight: int = 64
+) -> dict[str, Any]:
+    """CPU per request of the ledger work minus the same paced task loop doing nothing."""
+    led = SQLiteLedger(workdir / "cpu.db")
+    led.start()
+    try:
+        with_ledger = asyncio.run(_paced(rate, seconds, inflight, _ledger_work(led)))
+    finally:
+        led.close()
+    baseline = asyncio.run(_paced(rate, seconds, inflight, _noop))
+    added = with_ledger["cpu_ms_per_request"] - baseline["cpu_ms_per_request"]
+    return {
+        "rate_rps": rate,
+        "with_ledger": with_ledger,
+        "task_loop_only": baseline,
+        "ledger_cpu_ms_per_request": round(added, 4),
+        "target_ms": 0.1,
+    }
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"# Ledger benchmark ({report['started_at']})",
+        "",
+        f"{report['rows']:,} rows over 30 days: {len(MODELS)} models, {len(TENANTS)} tenants, "
+        f"{len(KEYS)} keys, {len(ROUTES)} routes. Machine: {report['machine']['cpu_model']}, "
+        f"{report['machine']['nproc']} CPUs, load at start {report['machine']['loadavg_at_start']}.",
+        "",
+        "| query | SQLite median ms | PostgreSQL median ms | groups |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    sq = report["sqlite"]["queries"]
+    pg = report.get("postgres", {}).get("queries", {})
+    for name, res in sq.items():
+        pg_ms = pg.get(name, {}).get("median_ms", "-")
+        lines.append(f"| {name} | {res['median_ms']} | {pg_ms} | {res['groups']} |")
+    lines += ["", "Ingest:", ""]
+    s = report["sqlite"]
+    lines.append(f"- SQLite writer (group commit): {s['ingest_rows_per_s']:,} rows/s, file {s['file_mb']} MB")
+    if "postgres" in report:
+        p = report["postgres"]
+        lines.append(
+            f"- PostgreSQL outbox + shipper: {p['outbox_ship_rows_per_s']:,} rows/s "
+            f"({p['outbox_ship_sample_rows']:,} rows); the rest by COPY; table {p['table_mb']} MB"
+        )
+    c = report["cpu"]
+    lines += [
+        "",
+        f"Ledger CPU per request at {c['rate_rps']:.0f} req/s (price x2, row, submit, await group commit; "
+        f"process CPU incl. the writer thread, minus the same task loop without it): "
+        f"**{c['ledger_cpu_ms_per_request']} ms** (target <= {c['target_ms']} ms); "
+        f"achieved {c['with_ledger']['achieved_rps']} req/s.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument(
+        "--pg", default=os.environ.get("SWITCHYARD_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
+    )
+    parser.add_argument("--no-pg", action="store_true", help="skip PostgreSQL")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--cpu-only", action="store_true", help="only the CPU-per-request measurement")
+    args = parser.parse_args(argv)
+    if args.cpu_only:
+        with tempfile.TemporaryDirectory(prefix="sy-ledger-cpu-") as tmp:
+            print(json.dumps(bench_cpu(Path(tmp)), indent=2))
+        return 0
+    started = datetime.now(UTC)
+    end = time.time()
+    report: dict[str, Any] = {"started_at": started.isoformat(timespec="seconds"), "rows": args.rows}
+    report["machine"] = machine_info()
+    with tempfile.TemporaryDirectory(prefix="sy-ledger-bench-") as tmp:
+        work = Path(tmp)
+        print(f"generating {args.rows:,} rows", file=sys.stderr)
+        rows = make_rows(args.rows, end)
+        print("SQLite", file=sys.stderr)
+        report["sqlite"] = bench_sqlite(rows, work, end)
+        if not args.no_pg:
+            print("PostgreSQL", file=sys.stderr)
+            report["postgres"] = bench_postgres(rows, args.pg, work, end)
+        del rows
+        print("CPU per request", file=sys.stderr)
+        report["cpu"] = bench_cpu(work)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"ledger-bench-{started.strftime('%Y%m%dT%H%M%SZ')}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    md = render_markdown(report)
+    stem.with_suffix(".md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""The complexity classifier: weights file checks, scoring arithmetic, calibration, the
+routing policy's tiers/classifier fields, and the shipped weights on the real embedder."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gateway.config.loader import PolicyError, load_policy
+from gateway.config.policy import RoutePolicy
+from gateway.core.types import Principal
+from gateway.routing.classifier import (
+    SHIPPED_WEIGHTS,
+    ClassifierError,
+    ComplexityClassifier,
+    vector_space,
+)
+from gateway.routing.features import FEATURE_NAMES, N_FEATURES, feature_matrix, text_features
+from gateway.routing.router import Router
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "routing"
+
+
+def shipped() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(SHIPPED_WEIGHTS.read_text())
+    return doc
+
+
+def write(tmp_path: Path, doc: dict[str, Any]) -> Path:
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+# ----------------------------------------------------------------------------- features
+def test_features_are_finite_and_named() -> None:
+    texts = ["", "What is 17 * 23?", "def f(x):\n    return x + 1\n", "A. yes\nB. no\nAnswer:", "é" * 5000]
+    m = feature_matrix(texts)
+    assert m.shape == (len(texts), N_FEATURES) == (5, len(FEATURE_NAMES))
+    assert np.isfinite(m).all()
+    assert list(m[1]) == pytest.approx(text_features(texts[1]))
+    idx = FEATURE_NAMES.index
+    assert m[2, idx("log_code_markers")] > 0 and m[1, idx("log_code_markers")] == 0
+    assert m[3, idx("has_choices")] == 1 and m[1, idx("has_choices")] == 0
+    assert m[1, idx("log_math_ops")] > 0 and m[1, idx("log_numbers")] > 0
+
+
+# ----------------------------------------------------------------------------- weights file
+def test_shipped_weights_record_the_embedder_and_the_command() -> None:
+    doc = shipped()
+    assert doc["embedder"] == {"name": "sentence-transformers/all-MiniLM-L6-v2", "dim": 384} | {
+        "trained_with": doc["embedder"]["trained_with"]
+    }
+    assert doc["training"]["command"].startswith("switchyard train router --data ")
+    assert SHIPPED_WEIGHTS.stat().st_size < 100_000
+    assert len(doc["calibration"]) >= 10
+
+
+def test_refuses_another_embedder() -> None:
+    clf = ComplexityClassifier.load()
+    clf.check_embedder("minilm-l6-onnx-int8", 384)  # same model, other backend: same space
+    clf.check_embedder("minilm-l6-torch", 384)
+    clf.check_embedder("sentence-transformers/all-MiniLM-L6-v2", 384)
+    with pytest.raises(ClassifierError, match="all-mpnet-base-v2"):
+        clf.check_embedder("sentence-transformers/all-mpnet-base-v2", 384)
+    with pytest.raises(ClassifierError, match="768"):
+        clf.check_embedder("minilm-l6-torch", 768)
+    assert vector_space("minilm-l6-onnx-int8") == vector_space("sentence-transformers/all-MiniLM-L6-v2")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"format": "other/1"}, "not a switchyard-router/1"),
+        ({"features": ["log_chars"]}, "other text features"),
+        ({"embedder": {"name": "x", "dim": 10}}, "shapes"),
+        ({"w_emb": "nope"}, "malformed"),
+        ({"bias": None}, "malformed"),
+    ],
+)
+def test_bad_weights_files_are_refused(tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ClassifierError, match=message):
+        ComplexityClassifier.load(write(tmp_path, shipped() | change))
+
+
+def test_unreadable_weights(tmp_path: Path) -> None:
+    with pytest.raises(ClassifierError, match="cannot read"):
+        ComplexityClassifier.load(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ClassifierError, match="cannot read"):
+        ComplexityClassifier.load(tmp_path / "bad.json")
+
+
+def test_score_is_the_logistic_of_the_stored_weights(tmp_path: Path) -> None:
+    doc = shipped()
+    rng = np.random.default_rng(0)
+    vec = rng.normal(size=384).astype(np.float32)
+    vec /= np.linalg.norm(vec)
+    text = "How many apples are left if Ann eats 3 of 10?"
+    f = (np.array(text_features(text)) - np.array(doc["feature_mean"])) / np.array(doc["feature_std"])
+    z = float(np.dot(doc["w_emb"], vec)) * doc["emb_scale"] + float(np.dot(doc["w_feat"], f)) + doc["bias"]
+    clf = ComplexityClassifier.load()
+    assert clf.score(vec, text) == pytest.approx(1 / (1 + np.exp(-z)), abs=1e-9)
+    batch = clf.score_batch(np.stack([vec, -vec]), [text, "hi"])
+    assert batch[0] == pytest.approx(clf.score(vec, text), abs=1e-9)
+    assert batch[1] == pytest.approx(clf.score(-vec, "hi"), abs=1e-9)
+    with pytest.raises(ClassifierError, match="shape"):
+        clf.score(vec[:10], text)
+
+
+def test_scoring_one_prompt_is_well_under_a_millisecond() -> None:
+    clf = ComplexityClassifier.load()
+    vec = np.ones(384, dtype=np.float32) / np.sqrt(384)
+    text = "Natalia sold clips to 48 of her friends in April, and then she sold half as many in May. " * 3
+    for _ in range(50):
+        clf.score(vec, text)
+    times = []
+    for _ in range(500):
+        t0 = time.perf_counter()
+        clf.score(vec, text)
+        times.append(time.perf_counter() - t0)
+    # p50 budget is 1 ms; this asserts a loose bound on a shared CI machine
+    assert float(np.median(times)) < 0.001
+
+
+def test_calibration_gives_thresholds_for_quality_targets() -> None:
+    clf = ComplexityClassifier.load()
+    t90, t95, t99 = (clf.threshold_for_quality(q) for q in (0.90, 0.95, 0.99))
+    assert t99 <= t95 <= t90  # more quality -> lower threshold -> more strong calls
+    p95 = clf.expected(t95)
+    assert p95 is not None and p95.quality >= 0.95
+    assert clf.threshold_for_quality(1.5) == min(p.threshold for p in clf.calibration)
+
+
+# ----------------------------------------------------------------------------- policy
+POLICY = """
+providers:
+  p: {{type: openai, base_url: "http://127.0.0.1:9/v1", api_key: sk-test}}
+  h: {{type: openai, base_url: "http://127.0.0.1:9/v1", key_required: false}}
+models:
+  cheap-a: {{provider: p, price: {{input: 0.1, output: 0.4}}}}
+  local: {{provider: h, price: {{input: 0.0, output: 0.0}}}}
+  strong-a: {{provider: p, price: {{input: 2, output: 8}}}}
+  strong-b: {{provider: p, price: {{input: 3, output: 15}}}}
+routes:
+  auto:
+    tiers: {{cheap: [cheap-a], {selfhosted}strong: [strong-a, strong-b]}}
+    classifier: {classifier}
+    baseline: strong-a
+"""
+
+
+def load(tmp_path: Path, classifier: str, selfhosted: str = "") -> Any:
+    path = tmp_path / "p.yaml"
+    path.write_text(POLICY.format(classifier=classifier, selfhosted=selfhosted))
+    return load_policy(path)
+
+
+def test_tiers_derive_targets_and_order_by_decision(tmp_path: Path) -> None:
+    policy = load(tmp_path, "{threshold: 0.42}")
+    assert [t.model for t in policy.routes["auto"].targets] == ["cheap-a", "strong-a", "strong-b"]
+    plan = Router(policy).plan("auto", Principal("t", None, None), "chat")
+    assert plan.auto is not None and plan.auto.threshold == 0.42
+    strong, tier = plan.auto.decide(0.42)
+    assert tier == "strong" and [t.model for t in strong.targets] == ["strong-a", "strong-b", "cheap-a"]
+    cheap, tier = plan.auto.decide(0.41)
+    assert tier == "cheap" and [t.model for t in cheap.targets] == ["cheap-a", "strong-a", "strong-b"]
+
+
+def test_self_hosted_tier_goes_first_below_the_threshold(tmp_path: Path) -> None:
+    policy = load(tmp_path, "{threshold: 0.5}", selfhosted="self_hosted: [local], ")
+    auto = Router(policy).plan("auto", Principal("t", None, None), "chat").auto
+    assert auto is not None
+    low, tier = auto.decide(0.1)
+    assert tier == "self_hosted" and [t.model for t in low.targets] == [
+        "local",
+        "cheap-a",
+        "strong-a",
+        "strong-b",
+    ]
+    high, _ = auto.decide(0.9)
+    assert [t.model for t in high.targets] == ["strong-a", "strong-b", "cheap-a", "local"]
+
+
+def test_quality_target_reads_the_calibration_curve(tmp_path: Path) -> None:
+    policy = load(tmp_path, "{quality_target: 0.95}")
+    auto = Router(policy).plan("auto", Principal("t", None, None), "chat").auto
+    assert auto is not None
+    assert auto.threshold == ComplexityClassifier.load().threshold_for_quality(0.95)
+
+
+@pytest.mark.parametrize(
+    ("route", "message"),
+    [
+        ({"tiers": {"cheap": ["a"], "strong": ["b"]}, "targets": ["a"]}, "either 'targets' or 'tiers'"),
+        ({"targets": ["a"], "classifier": {"threshold": 0.5}}, "needs 'tiers'"),
+        ({"tiers": {"strong": ["b"]}, "classifier": {"threshold": 0.5}}, "'cheap' or 'self_hosted'"),
+        ({"tiers": {"cheap": ["a"], "strong": ["b"]}, "classifier": {}}, "exactly one"),
+        (
+            {
+                "tiers": {"cheap": ["a"], "strong": ["b"]},
+                "classifier": {"threshold": 0.5, "quality_target": 0.9},
+            },
+            "exactly one",
+        ),
+        (
+            {"tiers": {"cheap": ["a"], "strong": ["b"]}, "classifier": {"threshold": 1.5}},
+            "less than or equal",
+        ),
+    ],
+)
+def test_bad_route_classifier_settings(route: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RoutePolicy.model_validate(route)
+
+
+def test_bad_weights_path_is_a_policy_error(tmp_path: Path) -> None:
+    policy = load(tmp_path, f"{{threshold: 0.5, weights: {tmp_path / 'nope.json'}}}")
+    with pytest.raises(PolicyError, match=r"routes\.auto\.classifier"):
+        Router(policy)
+
+
+def test_routes_without_a_classifier_have_no_auto(tmp_path: Path) -> None:
+    policy = load_policy(Path(__file__).resolve().parents[1] / "policies" / "default.yaml")
+    for name in policy.routes:
+        plan = Router(policy)._plans[name]
+        assert (plan.auto is not None) == (policy.routes[name].classifier is not None)
+
+
+# ----------------------------------------------------------------------------- the real model
+@pytest.fixture(scope="module")
+def embedder() -> Any:
+    from gateway.cache.embedder import load_embedder
+
+    return load_embedder("torch")
+
+
+def test_real_embedder_and_shipped_weights_rank_hard_above_easy(embedder: Any) -> None:
+    clf = ComplexityClassifier.load()
+    clf.check_embedder(getattr(embedder, "space", embedder.name), embedder.dim)
+    easy = ["What is the capital of France?", "Say hello.", "What color is the sky on a clear day?"]
+    hard = [
+        "A train leaves at 3:15 pm at 64 km/h; a second train leaves the same station at 4:05 pm at "
+        "82 km/h on a parallel track. At what time, to the nearest minute, does the second train "
+        "catch up, and how far from the station are they then? Show each step.",
+        "Let G be a finite group of order 2p where p is an odd prime. Prove that G has a normal "
+        "subgroup of order p and determine all possible isomorphism classes of G.",
+        "A firm's marginal cost is MC = 3q^2 - 12q + 20 and it faces P = 50 - 2q. Find the "
+        "profit-maximising quantity and price, then compute the deadweight loss relative to marginal-cost pricing.",
+    ]
+    scores = clf.score_batch(embedder.encode(easy + hard), easy + hard)
+    assert ((scores >= 0) & (scores <= 1)).all()
+    assert max(scores[:3]) < min(scores[3:])
+
+
+def test_shipped_weights_beat_prompt_length_on_gsm8k(embedder: Any) -> None:
+    from gateway.routing.evaluation import router_metrics
+
+    path = DATA / "gsm8k-dev.jsonl"
+    if not path.exists():
+        pytest.skip(f"{path} is absent (the routing data lives in ../shared/data, never in the repo)")
+    rows = [json.loads(line) for line in path.read_text().splitlines()][:300]
+    texts = [r["prompt"] for r in rows]
+    weak = np.array([float(r["weak_correct"]) for r in rows])
+    strong = np.array([float(r["strong_correct"]) for r in rows])
+    scores = ComplexityClassifier.load().score_batch(embedder.encode(texts), texts)
+    ours = router_metrics(scores, weak, strong).apgr
+    by_length = router_metrics(np.array([float(len(t)) for t in texts]), weak, strong).apgr
+    assert ours > by_length

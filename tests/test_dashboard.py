@@ -1,0 +1,97 @@
+"""/dashboard: admin key required; in headless Chromium (Debian `chromium`, driven by
+Playwright) after real traffic, the four charts render as SVG with the ledger's data."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from tests.gateway_harness import ADMIN_KEY, RunningGateway
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+HELLO = [{"role": "user", "content": "hello there"}]
+IN_CI = __import__("os").environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def test_dashboard_needs_the_admin_key(gateway: RunningGateway) -> None:
+    page = gateway.get("/dashboard")
+    assert page.status_code == 401
+    assert page.headers["www-authenticate"].startswith("Basic ")
+    assert gateway.get("/dashboard", headers=gateway.headers("team-a")).status_code == 401
+    assert gateway.get("/dashboard/dashboard.js").status_code == 401
+    token = base64.b64encode(f"admin:{ADMIN_KEY}".encode()).decode()
+    ok = gateway.get("/dashboard", headers={"authorization": f"Basic {token}"})
+    assert ok.status_code == 200 and "<svg" not in ok.text and "dashboard.js" in ok.text
+    assert "http://" not in ok.text.replace("http://www.w3.org", "") and "https://" not in ok.text  # no CDN
+    js = gateway.get("/dashboard/dashboard.js", headers={"authorization": f"Bearer {ADMIN_KEY}"})
+    assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
+    assert (
+        gateway.get("/dashboard/secrets.txt", headers={"authorization": f"Bearer {ADMIN_KEY}"}).status_code
+        == 404
+    )
+
+
+def _traffic(gw: RunningGateway) -> None:
+    for tenant, model in (("team-a", "auto"), ("team-a", "large"), ("team-b", "auto"), ("team-c", "claude")):
+        body = {"model": model, "messages": HELLO, "temperature": 0}
+        for _ in range(2):  # the second identical request is an exact-cache hit (a saving)
+            r = gw.post("/v1/chat/completions", body, tenant=tenant)
+            assert r.status_code == 200, r.text
+
+
+def test_dashboard_renders_charts_in_headless_chromium(
+    gateway: RunningGateway, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if CHROMIUM is None:
+        if IN_CI:
+            pytest.fail("chromium is required under CI=true (apt-get install -y chromium)")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    _traffic(gateway)
+    rows = gateway.ledger_rows()
+    by_model: dict[str, Decimal] = {}
+    for r in rows:
+        if r["served_model"] and r["cost_usd"]:
+            by_model[r["served_model"]] = by_model.get(r["served_model"], Decimal(0)) + Decimal(r["cost_usd"])
+    shot = tmp_path / "dashboard.png"
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            context = browser.new_context(
+                http_credentials={"username": "admin", "password": ADMIN_KEY},
+                viewport={"width": 1280, "height": 1000},
+            )
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(gateway.url + "/dashboard")
+            page.wait_for_selector("body[data-ready]", timeout=15000)
+            assert page.get_attribute("body", "data-ready") == "true", page.inner_text("#status")
+            charts = page.eval_on_selector_all(
+                "svg[data-chart]",
+                """els => Object.fromEntries(els.map(s => [s.dataset.chart,
+                     [...s.querySelectorAll('rect[data-label]')].map(r =>
+                        [r.dataset.label, Number(r.dataset.value), Number(r.getAttribute('width')),
+                         Number(r.getAttribute('height'))])]))""",
+            )
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    with capsys.disabled():
+        print(f"\ndashboard screenshot: {shot}")
+    assert errors == []
+    assert set(charts) == {"spend-time", "spend-model", "spend-tenant", "savings-cause"}
+    models = {label: value for label, value, _, _ in charts["spend-model"]}
+    assert set(models) - {"(cache)"} == set(by_model)
+    for model, cost in by_model.items():
+        assert models[model] == pytest.approx(float(cost), rel=1e-9)
+    assert {label for label, *_ in charts["spend-tenant"]} == {"team-a", "team-b", "team-c"}
+    assert "exact_cache" in {label for label, *_ in charts["savings-cause"]}
+    assert len(charts["spend-time"]) >= 1 and charts["spend-time"][0][1] > 0
+    # bars were drawn with a size, not just placed in the DOM
+    assert all(w > 0 for chart in charts.values() for _, _, w, _ in chart)
+    assert shot.stat().st_size > 10_000

@@ -1,0 +1,104 @@
+"""The shared MiniLM embedder: ONNX int8 backend == torch vector space, micro-batching, laziness."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.semcache_support import embedder, qqp_rows  # noqa: F401
+
+SENTENCES = [
+    "What is 17 * 23?",
+    "How do I reset my password?",
+    "Explain the theory of relativity in simple terms for a child.",
+    "hello",
+    "Write a Python function that reverses a linked list in place.",
+    "Quelle est la capitale de la France ?",
+    "word " * 300,  # longer than the 256-token window: truncated like sentence-transformers does
+]
+
+
+def test_shape_dtype_and_unit_norm(embedder: Any) -> None:  # noqa: F811
+    vecs = embedder.encode(SENTENCES)
+    assert vecs.shape == (len(SENTENCES), 384) and embedder.dim == 384
+    assert vecs.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
+    assert embedder.encode([]).shape == (0, 384)
+    assert embedder.space == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def test_onnx_backend_reproduces_torch_vectors(embedder: Any) -> None:  # noqa: F811
+    """The classifier is trained on torch vectors: the fast backend must stay in that space."""
+    from gateway.cache.embedder import load_embedder
+
+    if embedder.name != "minilm-l6-onnx-int8":
+        pytest.skip("onnxruntime not installed: the embedder is torch itself")
+    rows = qqp_rows(150)
+    texts = SENTENCES + [r["text_a"] for r in rows] + [r["text_b"] for r in rows]
+    reference = load_embedder("torch")
+    cos = (embedder.encode(texts) * reference.encode(texts)).sum(axis=1)
+    assert cos.min() >= 0.98, (float(cos.min()), texts[int(cos.argmin())])
+    assert float(np.median(cos)) >= 0.99
+
+
+def test_similar_questions_are_close_and_unrelated_far(embedder: Any) -> None:  # noqa: F811
+    a, b, c = embedder.encode(
+        [
+            "How can I reset my password?",
+            "How do I change my password?",
+            "What is the boiling point of water?",
+        ]
+    )
+    assert float(a @ b) > 0.8 > 0.3 > float(a @ c)
+
+
+async def test_embed_micro_batches_concurrent_callers(embedder: Any) -> None:  # noqa: F811
+    texts = [f"question number {i}: how do I bake bread at altitude {i * 100} m?" for i in range(64)]
+    expected = embedder.encode(texts)
+    before_batches, before_texts = embedder.batches, embedder.batched_texts
+    got = await asyncio.gather(*(embedder.embed(t) for t in texts))
+    batches = embedder.batches - before_batches
+    assert embedder.batched_texts - before_texts == 64
+    assert batches < 64  # concurrent callers shared batches
+    np.testing.assert_allclose(np.stack(got), expected, atol=1e-5)  # a vector never depends on its batch
+
+
+async def test_embed_propagates_errors_and_keeps_working() -> None:
+    from gateway.cache.embedder import Embedder
+
+    def encode(texts: Any) -> Any:
+        if any(t == "boom" for t in texts):
+            raise RuntimeError("backend failed")
+        return np.ones((len(texts), 384), dtype=np.float32) / np.sqrt(384)
+
+    emb = Embedder("test-backend", encode, linger_s=0.002)
+    try:
+        with pytest.raises(RuntimeError, match="backend failed"):
+            await emb.embed("boom")
+        vec = await emb.embed("fine")
+        assert vec.shape == (384,)
+    finally:
+        emb.close()
+
+
+def test_unknown_backend_is_an_error() -> None:
+    from gateway.cache.embedder import load_embedder
+
+    with pytest.raises(ValueError, match="unknown embedder backend"):
+        load_embedder("word2vec")
+
+
+def test_gateway_import_loads_no_model_libraries() -> None:
+    """Start-up cost: the app, pipeline and semantic layer import without numpy/torch/faiss/onnx."""
+    code = (
+        "import sys; import gateway.api.app, gateway.pipeline, gateway.cache.semantic_layer, gateway.cli;"
+        "heavy = [m for m in ('numpy', 'torch', 'faiss', 'onnxruntime', 'sentence_transformers') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == ""

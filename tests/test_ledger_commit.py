@@ -1,0 +1,163 @@
+"""Group commit: submit() futures, idempotent inserts, schema v1 -> v2 migration."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from gateway.ledger.report import spend
+from gateway.ledger.schema import SQLITE_MIGRATIONS, TABLE
+from gateway.ledger.sqlite import money_e10, read_rows
+from gateway.ledger.store import SQLiteLedger
+from tests.test_ledger_store import count, make_row, reader
+
+
+async def test_submit_resolves_after_the_row_is_committed(tmp_path: Path) -> None:
+    # A 30 s linger: only a waiting submitter makes the writer commit at once.
+    led = SQLiteLedger(tmp_path / "ledger.db", flush_interval=30.0)
+    led.start()
+    try:
+        started = time.monotonic()
+        futures = [led.submit(make_row(i)) for i in range(200)]
+        assert await asyncio.wait_for(asyncio.gather(*futures), 5) == [True] * 200
+        assert time.monotonic() - started < 2.0
+        assert count(led.path) == 200  # visible to another connection: committed
+    finally:
+        led.close()
+
+
+async def test_group_commit_uses_few_transactions(tmp_path: Path) -> None:
+    led = SQLiteLedger(tmp_path / "ledger.db", batch_size=512)
+    led.start()
+    commits = 0
+    real_insert = led._insert
+
+    def counting(batch: list) -> None:  # type: ignore[type-arg]
+        nonlocal commits
+        commits += 1
+        real_insert(batch)
+
+    led._insert = counting  # type: ignore[method-assign]
+    try:
+        futures = [led.submit(make_row(i)) for i in range(2000)]
+        assert all(await asyncio.gather(*futures))
+    finally:
+        led.close()
+    assert commits <= 50, commits  # 2000 rows, not 2000 transactions
+
+
+async def test_a_failing_disk_releases_waiters_after_wait_timeout(tmp_path: Path) -> None:
+    led = SQLiteLedger(tmp_path / "ledger.db", wait_timeout=0.3)
+    led.start()
+    broken = {"on": True}
+    real_insert = led._insert
+
+    def failing(batch: list) -> None:  # type: ignore[type-arg]
+        if broken["on"]:
+            raise sqlite3.OperationalError("disk I/O error")
+        real_insert(batch)
+
+    led._insert = failing  # type: ignore[method-assign]
+    try:
+        started = time.monotonic()
+        assert await asyncio.wait_for(led.submit(make_row(1)), 5) is False
+        assert 0.25 <= time.monotonic() - started < 3
+        assert not led.healthy()
+        broken["on"] = False  # the writer kept the row and retries it
+        assert await asyncio.to_thread(led.flush, 10)
+        assert count(led.path) == 1 and led.healthy()
+    finally:
+        led.close()
+
+
+async def test_submit_after_close_resolves_false(tmp_path: Path) -> None:
+    led = SQLiteLedger(tmp_path / "ledger.db")
+    led.start()
+    led.close()
+    assert await led.submit(make_row(1)) is False
+    assert led.dropped() == 1
+
+
+async def test_cancelled_waiter_does_not_break_the_writer(tmp_path: Path) -> None:
+    led = SQLiteLedger(tmp_path / "ledger.db")
+    led.start()
+    try:
+        fut = led.submit(make_row(1))
+        fut.cancel()
+        assert await led.submit(make_row(2)) is True
+        assert led.healthy()
+    finally:
+        led.close()
+    assert count(led.path) == 2
+
+
+def test_same_request_id_twice_is_stored_once(tmp_path: Path) -> None:
+    led = SQLiteLedger(tmp_path / "ledger.db")
+    led.start()
+    led.write(make_row(1))
+    led.write(make_row(1, cost_usd=Decimal("9")))  # a replay: ignored, not an error
+    led.write(make_row(2))
+    led.close()
+    with reader(led.path) as conn:
+        rows = read_rows(conn)
+    assert [r.request_id for r in rows] == ["req-1", "req-2"]
+    assert rows[0].cost_usd == Decimal("0.0000270000")
+    assert led.dropped() == 0
+
+
+def test_money_is_stored_exact_twice(tmp_path: Path) -> None:
+    led = SQLiteLedger(tmp_path / "ledger.db")
+    led.start()
+    led.write(
+        make_row(1, cost_usd=Decimal("123456.0000000001"), savings_cause="routing", route_decision="weak")
+    )
+    led.close()
+    with reader(led.path) as conn:
+        text, e10, cause, decision = conn.execute(
+            f"SELECT cost_usd, cost_e10, savings_cause, route_decision FROM {TABLE}"
+        ).fetchone()
+        (row,) = read_rows(conn)
+    assert (text, e10) == ("123456.0000000001", 1_234_560_000_000_001)
+    assert (cause, decision) == ("routing", "weak")
+    assert (row.savings_cause, row.route_decision) == ("routing", "weak")
+    assert money_e10(None) is None
+
+
+def test_v1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
+    """A ledger written before v2 (with a duplicate request id) keeps its rows, gains the new
+    columns, the e10 money copies and the unique index; reports read it right away."""
+    path = tmp_path / "ledger.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+    for stmt in SQLITE_MIGRATIONS[1]:
+        conn.execute(stmt)
+    conn.execute("INSERT INTO schema_migrations VALUES (1, 0)")
+    cols = "request_id, ts, tenant, requested_model, endpoint, stream, cache_status, usage_estimated, "
+    cols += "latency_ms, status, http_status, attempts, cost_usd, baseline_cost_usd"
+    for rid, cost in (("a", "0.0000000003"), ("a", "5"), ("b", None)):
+        conn.execute(
+            f"INSERT INTO {TABLE} ({cols}) VALUES (?, ?, 't', 'm', 'chat', 0, 'miss', 0, 1, 'ok', 200, 1, ?, '0.5')",
+            (rid, time.time(), cost),
+        )
+    conn.commit()
+    conn.close()
+    (line,) = spend(path, "tenant", None)  # a report migrates an old file before reading
+    assert line.requests == 2 and line.cost_usd == Decimal("0.0000000003")
+    assert line.baseline_cost_usd == Decimal("1.0000000000")
+    assert line.unpriced == 1
+    led = SQLiteLedger(path)
+    led.start()  # and the writer finds it up to date
+    led.write(make_row(1))
+    led.close()
+    with reader(path) as conn:
+        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == 2
+        assert conn.execute(f"SELECT cost_e10 FROM {TABLE} WHERE request_id = 'a'").fetchone()[0] == 3
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute(
+                f"INSERT INTO {TABLE} ({cols}) VALUES ('a', 0, 't', 'm', 'chat', 0, 'miss', 0, 1, 'ok', 200, 1, NULL, NULL)"
+            )

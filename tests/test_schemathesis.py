@@ -1,0 +1,123 @@
+"""schemathesis against the gateway's own OpenAPI document, for every /v1/* operation: valid
+bodies (from the declared request schemas) and invalid ones, through a real gateway in front
+of the mock upstream. No 5xx other than the documented upstream ones, no undocumented status,
+no response that violates the declared schema, never a traceback. Examples are bounded so the
+whole file runs in well under two minutes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.generation.modes import GenerationMode
+from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+from load_tests.mock_upstream import MockUpstream
+from tests.gateway_harness import RunningGateway, mock_policy, start_gateway
+
+EXAMPLES = 30
+# Routes the generated `model` field can reach: the fuzzer picks strings, so most requests are
+# 404s; a share of them is steered to real routes/models so the upstream path is fuzzed too.
+REAL_MODELS = {"chat": "auto", "completions": "legacy", "embeddings": "embed"}
+
+
+@pytest.fixture(scope="module")
+def fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    with MockUpstream(ttft_ms=0, itl_ms=0, tokens=4) as mock:
+        extra = "server:\n  max_body_bytes: 1048576\n"
+        policy = mock_policy(mock.base_url, extra).replace("rpm: 5", "rpm: 100000")
+        gw = start_gateway(tmp_path_factory.mktemp("fuzz"), policy)
+        try:
+            yield gw
+        finally:
+            gw.stop()
+
+
+@pytest.fixture(scope="module")
+def api(fuzz_gateway: RunningGateway) -> Any:
+    return schemathesis.openapi.from_url(fuzz_gateway.url + "/openapi.json")
+
+
+def strict_number_refusal(value: Any) -> bool:
+    """An integral float (5.0) or an integer outside 64 bits anywhere in the body."""
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return not -(2**63) <= value < 2**64
+    if isinstance(value, dict):
+        return any(strict_number_refusal(v) for v in value.values())
+    if isinstance(value, list):
+        return any(strict_number_refusal(v) for v in value)
+    return False
+
+
+def assert_acceptable_refusal(body: Any, error: dict[str, Any]) -> None:
+    """Schema-valid bodies the gateway may still refuse with 400: JSON Schema's "integer"
+    admits 5.0, which the gateway (like OpenAI) refuses for integer fields, and integers of any
+    size, while JSON numbers past 64 bits are refused; and the upstream's own refusals (passed
+    through as upstream_rejected)."""
+    assert strict_number_refusal(body) or error["code"] == "upstream_rejected", (error, body)
+
+
+def v1_operations(api: Any) -> list[Any]:
+    ops = [r.ok() for r in api.get_all_operations()]
+    return [op for op in ops if op.path.startswith("/v1/")]
+
+
+def test_every_v1_operation_documents_its_body(api: Any) -> None:
+    ops = {(op.method.upper(), op.path): op for op in v1_operations(api)}
+    assert {("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/v1/embeddings")} <= set(
+        ops
+    )
+    for key, op in ops.items():
+        if key[0] == "POST":
+            assert op.body, f"{key}: no request body schema in /openapi.json"
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"])
+def test_fuzz(api: Any, fuzz_gateway: RunningGateway, path: str, mode: GenerationMode) -> None:
+    ops = [op for op in v1_operations(api) if op.path == path]
+    assert ops, path
+    op = ops[0]
+    if op.method.upper() == "GET" and mode is GenerationMode.NEGATIVE:
+        pytest.skip("no request body to break")
+    headers = fuzz_gateway.headers()
+    kind = path.rsplit("/", 1)[-1]
+    real = REAL_MODELS.get("chat" if kind == "completions" and "chat" in path else kind)
+    seen: dict[int, int] = {}
+    calls = [0]
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        derandomize=True,  # the same examples on every run (CI must not flake)
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=op.as_strategy(generation_mode=mode))
+    def run(case: Any) -> None:
+        calls[0] += 1
+        steer = real and mode is GenerationMode.POSITIVE and calls[0] % 2 == 0
+        if steer and isinstance(case.body, dict) and "model" in case.body:
+            case.body["model"] = real  # half the cases reach the upstream
+        response = case.call(headers=headers, timeout=30)
+        status = response.status_code
+        seen[status] = seen.get(status, 0) + 1
+        assert "Traceback" not in response.text
+        assert status < 500, f"{status}: {response.text[:500]}"  # the mock upstream is healthy
+        if mode is GenerationMode.POSITIVE and status == 400:
+            assert_acceptable_refusal(case.body, response.json()["error"])
+        # schema conformance of status, content type, headers and body (JSON and SSE); the two
+        # checks replaced by the assertions above are excluded
+        case.validate_response(
+            response, headers=headers, excluded_checks=[positive_data_acceptance, not_a_server_error]
+        )
+
+    run()
+    print(path, mode.value, dict(sorted(seen.items())))
+    assert sum(seen.values()) >= 1
