@@ -157,8 +157,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     command = "switchyard train router " + " ".join(
         [*(f"--data {d}" for d in args.data), f"--out {args.out}"]
         + ([f"--seed {args.seed}"] if args.seed else [])
+        + ([f"--embedder {args.embedder}"] if args.embedder != "auto" else [])
         + ([f"--l2 {args.l2:g}"] if args.l2 is not None else [])
+        + ([f"--alpha {args.alpha:g}"] if args.alpha is not None else [])
+        + ([f"--length-prior {args.length_prior:g}"] if args.length_prior is not None else [])
     )
+    extra = {k: v for k, v in (("alpha", args.alpha), ("length_prior", args.length_prior)) if v is not None}
     try:
         doc = train_router(
             files,
@@ -168,6 +172,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             l2=args.l2,
             command=command,
             log=lambda m: print(m, file=sys.stderr),
+            **extra,
         )
     except ValueError as exc:
         return _fail(str(exc))
@@ -247,7 +252,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _read_scores(path: Path, n: int) -> list[dict[str, Any]]:
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
     if len(rows) != n:
         raise ValueError(f"{path}: {len(rows)} scores for {n} labelled rows")
     return rows
@@ -288,6 +293,8 @@ def register(sub: Any) -> None:
     tr.add_argument("--seed", type=int, default=0, help="seed of the cross-validation folds")
     tr.add_argument("--l2", type=float, default=None, help="L2 strength (default: chosen by grouped CV)")
     tr.add_argument("--cache", default=None, help="directory to cache embeddings in (never inside the repo)")
+    tr.add_argument("--alpha", type=float, default=None, help="weight of P(strong correct) (default 0.75)")
+    tr.add_argument("--length-prior", type=float, default=None, help="prompt-length prior (default 0.5)")
     _common(tr)
     tr.set_defaults(func=cmd_train)
     train.set_defaults(func=lambda _a: (train.print_help(), 2)[1])

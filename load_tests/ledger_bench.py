@@ -53,8 +53,9 @@ CAUSES = ["routing", "exact_cache", "semantic_cache", "self_hosted", "none"]
 
 
 def make_rows(n: int, end: float, seed: int = 7) -> list[LedgerRow]:
-    """``n`` rows spread over the 30 days before ``end``."""
+    """``n`` rows spread over the 30 days before ``end``, in time order (as a ledger fills)."""
     rnd = random.Random(seed)
+    stamps = sorted(end - rnd.random() * 30 * DAY for _ in range(n))
     rows = []
     for i in range(n):
         inp, out = rnd.randint(20, 4000), rnd.randint(1, 1000)
@@ -62,7 +63,7 @@ def make_rows(n: int, end: float, seed: int = 7) -> list[LedgerRow]:
         rows.append(
             LedgerRow(
                 request_id=f"bench-{i:09d}",
-                ts=end - rnd.random() * 30 * DAY,
+                ts=stamps[i],
                 tenant=rnd.choice(TENANTS),
                 key_id=rnd.choice(KEYS),
                 route=rnd.choice(ROUTES),

@@ -123,7 +123,7 @@ def run_soak(
     mock = MockProcess.start(None)
     try:
         config = json.dumps({"ttft_ms": ttft_ms, "itl_ms": itl_ms, "tokens": 16}).encode()
-        urllib.request.urlopen(  # noqa: S310 - loopback
+        urllib.request.urlopen(
             urllib.request.Request(mock.url + "/_mock/config", data=config, method="POST"), timeout=5
         ).close()
         policy = scenario_policy(mock.url).replace("cache: {mode: deterministic}", "cache: {mode: always}")

@@ -79,8 +79,9 @@ def test_refuses_another_embedder() -> None:
         ({"format": "other/1"}, "not a switchyard-router/1"),
         ({"features": ["log_chars"]}, "other text features"),
         ({"embedder": {"name": "x", "dim": 10}}, "shapes"),
-        ({"w_emb": "nope"}, "malformed"),
-        ({"bias": None}, "malformed"),
+        ({"heads": {"strong": {"w_emb": "nope"}}}, "malformed"),
+        ({"alpha": None}, "malformed"),
+        ({"scale": 0}, "scale"),
     ],
 )
 def test_bad_weights_files_are_refused(tmp_path: Path, change: dict[str, Any], message: str) -> None:
@@ -96,19 +97,26 @@ def test_unreadable_weights(tmp_path: Path) -> None:
         ComplexityClassifier.load(tmp_path / "bad.json")
 
 
-def test_score_is_the_logistic_of_the_stored_weights(tmp_path: Path) -> None:
+def test_score_is_computed_from_the_stored_weights() -> None:
     doc = shipped()
     rng = np.random.default_rng(0)
     vec = rng.normal(size=384).astype(np.float32)
     vec /= np.linalg.norm(vec)
     text = "How many apples are left if Ann eats 3 of 10?"
     f = (np.array(text_features(text)) - np.array(doc["feature_mean"])) / np.array(doc["feature_std"])
-    z = float(np.dot(doc["w_emb"], vec)) * doc["emb_scale"] + float(np.dot(doc["w_feat"], f)) + doc["bias"]
+
+    def p(head: dict[str, Any]) -> float:
+        z = float(np.dot(head["w_emb"], vec)) + float(np.dot(head["w_feat"], f)) + head["bias"]
+        return float(1 / (1 + np.exp(-z)))
+
+    i = FEATURE_NAMES.index("log_chars")
+    raw = doc["alpha"] * p(doc["heads"]["strong"]) - p(doc["heads"]["weak"]) + doc["length_coef"] * f[i]
+    want = 1 / (1 + np.exp(-(raw - doc["center"]) / doc["scale"]))
     clf = ComplexityClassifier.load()
-    assert clf.score(vec, text) == pytest.approx(1 / (1 + np.exp(-z)), abs=1e-9)
+    assert clf.score(vec, text) == pytest.approx(want, abs=1e-9)
     batch = clf.score_batch(np.stack([vec, -vec]), [text, "hi"])
-    assert batch[0] == pytest.approx(clf.score(vec, text), abs=1e-9)
-    assert batch[1] == pytest.approx(clf.score(-vec, "hi"), abs=1e-9)
+    assert batch[0] == pytest.approx(clf.score(vec, text), abs=1e-12)
+    assert batch[1] == pytest.approx(clf.score(-vec, "hi"), abs=1e-12)
     with pytest.raises(ClassifierError, match="shape"):
         clf.score(vec[:10], text)
 
@@ -264,7 +272,7 @@ def test_shipped_weights_beat_prompt_length_on_gsm8k(embedder: Any) -> None:
     path = DATA / "gsm8k-dev.jsonl"
     if not path.exists():
         pytest.skip(f"{path} is absent (the routing data lives in ../shared/data, never in the repo)")
-    rows = [json.loads(line) for line in path.read_text().splitlines()][:300]
+    rows = [json.loads(line) for line in path.read_text().split("\n") if line.strip()][:300]
     texts = [r["prompt"] for r in rows]
     weak = np.array([float(r["weak_correct"]) for r in rows])
     strong = np.array([float(r["strong_correct"]) for r in rows])

@@ -271,7 +271,7 @@ def test_spill_over_while_the_engine_is_busy_and_back_when_it_recovers(
 
 def test_prefix_affinity_beats_round_robin_on_two_replicas(tmp_path: Path, cluster: dict[str, Any]) -> None:
     """load_tests.engine_affinity: `switchyard serve` per mode over both replicas, 5 shared
-    2-block prefixes (odd, so round robin cannot line up by accident) x 4 rounds."""
+    multi-block prefixes (odd, so round robin cannot line up by accident) x 4 rounds."""
     engines: list[Engine] = cluster["engines"]
     out = tmp_path / "engine_affinity"
     replicas = ",".join(e.url for e in engines)

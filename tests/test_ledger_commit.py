@@ -161,3 +161,16 @@ def test_v1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
             conn.execute(
                 f"INSERT INTO {TABLE} ({cols}) VALUES ('a', 0, 't', 'm', 'chat', 0, 'miss', 0, 1, 'ok', 200, 1, NULL, NULL)"
             )
+
+
+async def test_null_ledger_for_benchmarks_records_nothing(tmp_path: Path) -> None:
+    from gateway.ledger.store import NullLedger, open_ledger
+
+    led = open_ledger("none")
+    assert isinstance(led, NullLedger)
+    led.start()
+    assert led.healthy() and await led.submit(make_row(1)) is False
+    led.write(make_row(2))
+    assert led.flush() and led.pending() == 0 and led.spent_since("tenant", 0) == {}
+    led.close()
+    assert not led.healthy()

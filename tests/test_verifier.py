@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from gateway.cache.verifier import (
     verifier_from_json,
 )
 from gateway.cache.verifier_train import fit_logistic, is_heldout, pick_threshold, read_pairs
+from tests.semcache_support import embedder  # noqa: F401
 
 TRAPS = [
     ("What is 17 * 23?", "What is 17 * 24?", "numbers"),
@@ -34,8 +36,9 @@ TRAPS = [
 def test_hard_rules_reject_near_misses(a: str, b: str, reason: str) -> None:
     assert hard_reject(analyse(a), analyse(b)) == reason
     verifier = load_verifier()
-    # whatever the cosine, a hard reject scores 0 and can never be a hit, at any threshold
-    assert verifier.score(analyse(a), analyse(b), 0.999) == 0.0
+    # whatever the vectors (here: identical), a hard reject scores 0 and can never be a hit
+    u = np.full(384, 384**-0.5, dtype=np.float32)
+    assert verifier.score(analyse(a), analyse(b), u, u) == 0.0
 
 
 def test_same_numbers_in_other_words_pass_the_rules() -> None:
@@ -46,17 +49,26 @@ def test_same_numbers_in_other_words_pass_the_rules() -> None:
 
 def test_shipped_weights_are_small_documented_and_loadable() -> None:
     raw = WEIGHTS_PATH.read_text()
-    assert len(raw) < 8192  # weights only: never the training data
+    assert len(raw) < 32_768  # weights only (~800 numbers): never the training data
     data = json.loads(raw)
     assert data["features"] == list(FEATURES)
     assert data["meta"]["command"].startswith("switchyard train semcache --pairs ")
     v = load_verifier()
     assert 0 < v.threshold < 1 and 0 < v.min_cosine < 1
-    same = v.score(
-        analyse("How can I learn Python quickly?"), analyse("What is the fastest way to learn Python?"), 0.9
-    )
-    other = v.score(analyse("How can I learn Python quickly?"), analyse("How can I learn Java quickly?"), 0.8)
+    assert v.emb_weights.shape == (768,)
+
+
+def test_verifier_separates_paraphrase_from_entity_swap(embedder: Any) -> None:  # noqa: F811
+    v = load_verifier()
+
+    def score(a: str, b: str) -> float:
+        u, w = embedder.encode([a, b])
+        return v.score(analyse(a), analyse(b), u, w)
+
+    same = score("How can I learn Python quickly?", "What is the fastest way to learn Python?")
+    other = score("How can I learn Python quickly?", "How can I learn Java quickly?")
     assert same > other
+    assert score("What is 17 * 23?", "What is 17 * 23?") > v.threshold  # identical: a hit
 
 
 def test_weights_for_other_features_are_refused() -> None:
@@ -84,7 +96,7 @@ def test_logistic_fit_and_threshold_pick() -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(2000, 3))
     y = (x @ np.array([2.0, -1.0, 0.0]) + rng.normal(scale=0.5, size=2000) > 0).astype(float)
-    w, _ = fit_logistic(x, y)
+    w, _ = fit_logistic(x, y, l2=1.0)
     assert w[0] > 1.0 and w[1] < -0.5 and abs(w[2]) < 0.3
     scores = 1 / (1 + np.exp(-(x @ w)))
     t = pick_threshold(scores, y, 0.95)

@@ -102,6 +102,7 @@ class SemanticCache:
     # ------------------------------------------------------------------ lookup
     def lookup(self, context: str, text: str, vector: Vector, threshold: float | None = None) -> Lookup:
         cut = self.verifier.threshold if threshold is None else threshold
+        vector = np.asarray(vector, dtype=np.float32).reshape(DIM)
         part = self._parts.get(context)
         if part is None:
             return Lookup(False, 0.0, 0.0, None, None)
@@ -118,7 +119,7 @@ class SemanticCache:
                 self._drop(eid)
                 continue
             cached = analyse(entry.text)
-            score = self.verifier.score(query, cached, cosine)
+            score = self.verifier.score(query, cached, vector, part.vector(eid))
             if score > best_score:
                 best_score, best_cosine, best = score, cosine, entry
             elif best is None and reason is None:

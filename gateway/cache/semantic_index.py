@@ -48,8 +48,6 @@ def _train_ivf(faiss: Any, ids: npt.NDArray[np.int64], vecs: Vectors, nlist: int
     index.train(vecs)
     index.add_with_ids(vecs, ids)
     index.nprobe = max(8, nlist // 32)
-    index.own_fields = True
-    index.__dict__["_quantizer"] = quantizer  # keep the Python wrapper alive with the index
     return index
 
 
@@ -92,6 +90,12 @@ class PartitionIndex:
         scores, ids = self._index.search(vec.reshape(1, DIM), want)
         keep = (ids[0] >= 0) & np.array([int(i) not in self._dead for i in ids[0]], dtype=bool)
         return scores[0][keep][:k], ids[0][keep][:k]
+
+    def vector(self, eid: int) -> Vectors:
+        """The stored (fp16-rounded) vector of a live id."""
+        self._finish_upgrade()
+        vec: Vectors = self._index.reconstruct(int(eid))
+        return vec
 
     def memory_bytes(self) -> int:
         per = DIM * 2 + 16 if self.kind == "flat" else DIM * 2 + 8 + 24

@@ -4,30 +4,35 @@ Two layers:
 
 1. Hard rules that reject regardless of the score: the numbers differ ("17 * 23" vs
    "17 * 24"), the arithmetic operators differ, or one side is negated and the other not.
-2. A small learned model (logistic regression over cheap features: cosine, length ratio,
-   word overlap, differing capitalised tokens, question-word mismatch, ...) trained on QQP
-   by ``switchyard train semcache``; its weights ship as ``verifier_weights.json``.
+2. A small learned model: a logistic regression over cheap text features (cosine, length
+   ratio, word overlap, differing capitalised tokens, question-word mismatch, ...) and the
+   embedding interaction [u*v, |u-v|] of the two questions' vectors, trained on QQP by
+   ``switchyard train semcache``; its weights (~800 numbers) ship as ``verifier_weights.json``.
 
-Pure Python + ``math`` at scoring time; a score costs a few microseconds."""
+A score costs some microseconds (one 768-dot product and a few set operations)."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
-from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 WEIGHTS_PATH = Path(__file__).with_name("verifier_weights.json")
+DIM = 384
+Vector = npt.NDArray[np.float32]
 
 _WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d+(?:[.,]\d+)*")
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?![\d,])|\d+(?:\.\d+)?")
 _OPERATOR = re.compile(r"(?<=[\s\d)])([+*/^%×÷=<>-])(?=[\s\d(])")
 _NUMBER_WORDS = {
-    "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
+    "zero": "0", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
     "seven": "7", "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12",
     "thirteen": "13", "fourteen": "14", "fifteen": "15", "sixteen": "16", "seventeen": "17",
     "eighteen": "18", "nineteen": "19", "twenty": "20", "thirty": "30", "forty": "40", "fifty": "50",
@@ -125,21 +130,33 @@ def features(a: Text, b: Text, cosine: float) -> list[float]:
     ]
 
 
-@dataclass(frozen=True, slots=True)
-class Verifier:
-    """Logistic regression over standardised features; ``threshold`` is the default cut-off."""
+EMB_SCALE = 10.0  # the pair-vector block [u*v, |u-v|] is multiplied by this before its weights
 
-    weights: tuple[float, ...]
+
+def pair_vector(u: Vector, v: Vector) -> Vector:
+    """The embedding-interaction block of the features: [u*v, |u-v|] * EMB_SCALE (768 floats)."""
+    out: Vector = np.concatenate([u * v, np.abs(u - v)]).astype(np.float32) * EMB_SCALE
+    return out
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """Logistic regression over the standardised text features plus the pair-vector block.
+    ``threshold`` is the default cut-off; ``min_cosine`` is the floor below which a
+    candidate is not even scored."""
+
+    weights: tuple[float, ...]  # one per FEATURES entry
+    emb_weights: Vector  # 768: over pair_vector(query, cached)
     bias: float
     mean: tuple[float, ...]
     scale: tuple[float, ...]
     threshold: float
-    min_cosine: float  # candidates below this cosine are not even scored
+    min_cosine: float
     meta: dict[str, Any]
 
-    def probability(self, a: Text, b: Text, cosine: float) -> float:
+    def probability(self, a: Text, b: Text, cosine: float, u: Vector, v: Vector) -> float:
         """P(same question) from the model alone (no hard rules)."""
-        z = self.bias
+        z = self.bias + float(self.emb_weights @ pair_vector(u, v))
         for x, w, m, s in zip(features(a, b, cosine), self.weights, self.mean, self.scale, strict=True):
             z += w * (x - m) / s
         return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
@@ -151,27 +168,37 @@ class Verifier:
             return "cosine"
         return reason
 
-    def score(self, a: Text, b: Text, cosine: float) -> float:
-        """The acceptance score in [0, 1]: 0 for a hard reject or a cosine below the floor."""
-        if cosine < self.min_cosine or hard_reject(a, b) is not None:
+    def score(self, a: Text, b: Text, u: Vector, v: Vector) -> float:
+        """The acceptance score in [0, 1] of query ``a`` (vector ``u``) against cached ``b``
+        (vector ``v``): 0 for a hard reject or a cosine below the floor."""
+        if hard_reject(a, b) is not None:
             return 0.0
-        return self.probability(a, b, cosine)
+        if a.words == b.words:
+            return 1.0  # the same words in the same order (case, spacing, punctuation aside)
+        cosine = float(u @ v)
+        if cosine < self.min_cosine:
+            return 0.0
+        return self.probability(a, b, cosine, u, v)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "features": list(FEATURES), "weights": list(self.weights), "bias": self.bias,
-            "mean": list(self.mean), "scale": list(self.scale), "threshold": self.threshold,
-            "min_cosine": self.min_cosine, "meta": self.meta,
+            "features": list(FEATURES), "weights": [round(w, 6) for w in self.weights],
+            "emb_scale": EMB_SCALE, "emb_weights": [round(float(w), 5) for w in self.emb_weights],
+            "bias": self.bias, "mean": list(self.mean), "scale": list(self.scale),
+            "threshold": self.threshold, "min_cosine": self.min_cosine, "meta": self.meta,
         }  # fmt: skip
 
 
 def verifier_from_json(data: dict[str, Any]) -> Verifier:
-    if list(data.get("features", [])) != list(FEATURES):
+    if list(data.get("features", [])) != list(FEATURES) or data.get("emb_scale") != EMB_SCALE:
         raise ValueError(
             "verifier weights were trained on other features; retrain: switchyard train semcache"
         )
+    emb = np.asarray(data["emb_weights"], dtype=np.float32)
+    if emb.shape != (2 * DIM,):
+        raise ValueError(f"verifier emb_weights must have {2 * DIM} values")
     return Verifier(
-        tuple(float(w) for w in data["weights"]), float(data["bias"]),
+        tuple(float(w) for w in data["weights"]), emb, float(data["bias"]),
         tuple(float(m) for m in data["mean"]), tuple(float(s) or 1.0 for s in data["scale"]),
         float(data["threshold"]), float(data["min_cosine"]), dict(data.get("meta", {})),
     )  # fmt: skip
@@ -179,7 +206,3 @@ def verifier_from_json(data: dict[str, Any]) -> Verifier:
 
 def load_verifier(path: Path | None = None) -> Verifier:
     return verifier_from_json(json.loads((path or WEIGHTS_PATH).read_text()))
-
-
-def feature_matrix(pairs: Sequence[tuple[str, str]], cosines: Sequence[float]) -> list[list[float]]:
-    return [features(analyse(a), analyse(b), c) for (a, b), c in zip(pairs, cosines, strict=True)]

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.cache.embedder import Embedder
-from gateway.cache.verifier import FEATURES, Verifier, analyse, features, hard_reject
+from gateway.cache.verifier import FEATURES, Verifier, analyse, features, hard_reject, pair_vector
 
 HELDOUT_BUCKETS = 5  # 1 in 5 pairs is held out
 
@@ -48,24 +48,26 @@ def read_pairs(path: Path, split: str = "all") -> list[tuple[str, str, int]]:
     return rows
 
 
-def pair_cosines(embedder: Embedder, pairs: Sequence[tuple[str, str, int]]) -> npt.NDArray[np.float32]:
+def pair_vectors(
+    embedder: Embedder, pairs: Sequence[tuple[str, str, int]]
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    """The (n, 384) vectors of every text_a and every text_b (each distinct text embedded once)."""
     texts = sorted({t for a, b, _ in pairs for t in (a, b)})
     index = {t: i for i, t in enumerate(texts)}
     vecs = np.concatenate([embedder.encode(texts[i : i + 256]) for i in range(0, len(texts), 256)])
-    ia = np.array([index[a] for a, _, _ in pairs])
-    ib = np.array([index[b] for _, b, _ in pairs])
-    out: npt.NDArray[np.float32] = (vecs[ia] * vecs[ib]).sum(axis=1)
-    return out
+    # the cache keeps fp16 vectors: train on what lookups will see
+    vecs = vecs.astype(np.float16).astype(np.float32)
+    return vecs[[index[a] for a, _, _ in pairs]], vecs[[index[b] for _, b, _ in pairs]]
 
 
 def fit_logistic(
-    x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], l2: float = 1e-3, iters: int = 30
+    x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], l2: float = 3.0, iters: int = 30
 ) -> tuple[npt.NDArray[np.float64], float]:
-    """Weights and bias of an L2-regularised logistic regression (Newton-Raphson)."""
+    """Weights and bias of a logistic regression with penalty ``l2/2 * |w|^2`` (Newton-Raphson)."""
     n, d = x.shape
     xb = np.hstack([x, np.ones((n, 1))])
     w = np.zeros(d + 1)
-    reg = np.full(d + 1, l2 * n)
+    reg = np.full(d + 1, l2)
     reg[-1] = 0.0
     for _ in range(iters):
         p = 1.0 / (1.0 + np.exp(-np.clip(xb @ w, -50, 50)))
@@ -79,52 +81,56 @@ def fit_logistic(
 
 
 def pick_threshold(scores: npt.NDArray[np.float64], labels: npt.NDArray[np.float64], target: float) -> float:
-    """The lowest threshold whose precision (over hits) is >= target on every cut above it."""
+    """The lowest threshold at which the precision of all hits above it is still >= target
+    (counting from 50 hits on, so that a lucky handful at the top does not decide)."""
     order = np.argsort(-scores)
     s, y = scores[order], labels[order]
     precision = np.cumsum(y) / np.arange(1, len(y) + 1)
-    ok = precision >= target
-    # the deepest cut such that all shallower cuts (with enough hits) also meet the target
-    bad = np.nonzero(~ok[50:])[0]
-    last = (bad[0] + 50 - 1) if len(bad) else len(s) - 1
-    return float(s[max(last, 0)])
+    good = np.nonzero(precision >= target)[0]
+    good = good[good >= min(49, len(s) - 1)]
+    return float(s[good.max()] if len(good) else s[0] + 1e-6)
 
 
 def train(
-    pairs_path: Path, embedder: Embedder, *, min_cosine: float = 0.75, target_precision: float = 0.965
+    pairs_path: Path, embedder: Embedder, *, min_cosine: float = 0.7, target_precision: float = 0.93
 ) -> tuple[Verifier, dict[str, Any]]:
     started = time.time()
     pairs = read_pairs(pairs_path, "train")
-    cos = pair_cosines(embedder, pairs)
-    rows, labels, kept = [], [], 0
-    for (a, b, label), c in zip(pairs, cos, strict=True):
+    va, vb = pair_vectors(embedder, pairs)
+    hand, inter, labels = [], [], []
+    for (a, b, label), u, v in zip(pairs, va, vb, strict=True):
         ta, tb = analyse(a), analyse(b)
-        if c < min_cosine or hard_reject(ta, tb) is not None:
-            continue
-        kept += 1
-        rows.append(features(ta, tb, float(c)))
+        cosine = float(u @ v)
+        if cosine < min_cosine or hard_reject(ta, tb) is not None:
+            continue  # never scored at lookup time either
+        hand.append(features(ta, tb, cosine))
+        inter.append(pair_vector(u, v))
         labels.append(float(label))
-    x = np.asarray(rows, dtype=np.float64)
+    xh = np.asarray(hand, dtype=np.float64)
     y = np.asarray(labels, dtype=np.float64)
-    mean, scale = x.mean(axis=0), x.std(axis=0)
+    mean, scale = xh.mean(axis=0), xh.std(axis=0)
     scale[scale == 0] = 1.0
-    w, bias = fit_logistic((x - mean) / scale, y)
-    scores = 1.0 / (1.0 + np.exp(-(((x - mean) / scale) @ w + bias)))
+    x = np.hstack([(xh - mean) / scale, np.asarray(inter, dtype=np.float64)])
+    w, bias = fit_logistic(x, y)
+    scores = 1.0 / (1.0 + np.exp(-(x @ w + bias)))
     threshold = pick_threshold(scores, y, target_precision)
+    nh = len(FEATURES)
+    backend = "onnx" if "onnx" in embedder.name else "torch"
     meta = {
-        "model": "logistic regression (Newton, L2 1e-3) over standardised features",
+        "model": "logistic regression (Newton, L2 3.0): standardised text features + [u*v, |u-v|]",
         "embedder": embedder.name,
         "trained_on": pairs_path.name,
         "split": f"train = pairs with sha256(text_a + '\\x1f' + text_b) % {HELDOUT_BUCKETS} != 0",
         "train_pairs": len(pairs),
-        "candidates": kept,
+        "candidates": len(labels),
         "target_precision": target_precision,
-        "command": f"switchyard train semcache --pairs {pairs_path.name} --embedder {embedder.name}",
+        "command": f"switchyard train semcache --pairs {pairs_path.name} --embedder {backend}"
+        f" --target-precision {target_precision}",
         "seconds": round(time.time() - started, 1),
     }
     verifier = Verifier(
-        tuple(float(v) for v in w), bias, tuple(float(v) for v in mean), tuple(float(v) for v in scale),
+        tuple(float(v) for v in w[:nh]), w[nh:].astype(np.float32), bias,
+        tuple(float(v) for v in mean), tuple(float(v) for v in scale),
         round(threshold, 4), min_cosine, meta,
     )  # fmt: skip
-    assert len(verifier.weights) == len(FEATURES)
     return verifier, meta

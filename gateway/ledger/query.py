@@ -72,6 +72,15 @@ class LedgerDb:
         self.conn = conn
 
     # -- dialect pieces --------------------------------------------------------------------
+    def group_sql(self, group: str) -> str:
+        """The grouping expression. On SQLite a plain column gets a unary ``+``: without it the
+        planner walks a whole (column, ts) index to skip the GROUP BY sort, reading every row
+        ever written where the ts index finds one day's rows directly."""
+        sql = GROUP_SQL[group]
+        if self.dialect == "sqlite" and sql.isidentifier():
+            return "+" + sql
+        return sql
+
     @property
     def cost(self) -> str:
         return "cost_e10" if self.dialect == "sqlite" else "cost_usd"

@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
-from gateway.ledger.query import GROUP_SQL, SCOPE_COLUMN, ZERO, LedgerDb, Window, open_db
+from gateway.ledger.query import SCOPE_COLUMN, ZERO, LedgerDb, Window, open_db
 
 GroupBy = Literal["model", "route", "tenant", "provider", "key"]
 GROUP_BY_CHOICES: Final[tuple[str, ...]] = get_args(GroupBy)
@@ -115,7 +115,7 @@ def spend(
     with open_db(path_or_url) as db:
         if db is None:
             return []
-        sql = f"SELECT {GROUP_SQL[by]}, {_aggregates(db)} FROM ledger{where} GROUP BY 1"
+        sql = f"SELECT {db.group_sql(by)}, {_aggregates(db)} FROM ledger{where} GROUP BY 1"
         lines = [_line(db, r[0], r[1:]) for r in db.rows(sql, params)]
     lines.sort(key=lambda ln: (-ln.cost_usd, ln.key is None, ln.key or ""))
     return lines
@@ -141,7 +141,7 @@ def spend_series(
         if db is None:
             return []
         sql = (
-            f"SELECT {db.bucket_sql(bucket)}, {GROUP_SQL[group]}, {_aggregates(db)} "
+            f"SELECT {db.bucket_sql(bucket)}, {db.group_sql(group)}, {_aggregates(db)} "
             f"FROM ledger{where} GROUP BY 1, 2"
         )
         out = []
@@ -175,7 +175,9 @@ def spent_since(url: str | Path, scope: str, since_ts: float) -> dict[str, Decim
     with open_db(url) as db:
         if db is None:
             return {}
-        sql = f"SELECT {column}, SUM({db.cost}) FROM ledger WHERE ts >= ? AND {column} IS NOT NULL GROUP BY 1"
+        grouped = db.group_sql(scope)  # the same column, planner-friendly on SQLite
+        sql = f"SELECT {grouped}, SUM({db.cost}) FROM ledger WHERE ts >= ? AND {column} IS NOT NULL"
+        sql += " GROUP BY 1"
         return {str(r[0]): db.money(r[1]) for r in db.rows(sql, (since_ts,))}
 
 

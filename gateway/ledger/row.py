@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import Final
 
 ENDPOINTS: Final = frozenset({"chat", "completions", "embeddings"})
-CACHE_STATUSES: Final = frozenset({"miss", "hit", "bypass", "off"})
+CACHE_STATUSES: Final = frozenset({"miss", "hit", "semantic_hit", "bypass", "off"})
 STATUSES: Final = frozenset({"ok", "error", "client_disconnected", "stream_broken"})
 SAVINGS_CAUSES: Final = frozenset({"exact_cache", "semantic_cache", "self_hosted", "routing", "none"})
 

@@ -357,6 +357,37 @@ class SQLiteLedger:
         self.last_error = str(exc)
 
 
+class NullLedger(SQLiteLedger):
+    """``SWITCHYARD_LEDGER=none``: records nothing. Only for measuring what the ledger costs
+    (``python -m load_tests.bench --gateway-env SWITCHYARD_LEDGER=none``); never in production."""
+
+    def __init__(self) -> None:
+        super().__init__(Path(os.devnull))
+
+    def start(self) -> None:
+        log.warning("SWITCHYARD_LEDGER=none: requests are NOT recorded (benchmark mode)")
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._closed = True
+
+    def write(self, row: LedgerRow) -> None:
+        return None
+
+    def submit(self, row: LedgerRow) -> asyncio.Future[bool]:
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        fut.set_result(False)
+        return fut
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        return True
+
+    def healthy(self) -> bool:
+        return not self._closed
+
+    def spent_since(self, scope: str, since_ts: float) -> dict[str, Decimal]:
+        return {}
+
+
 def open_ledger(
     url: str,
     *,
@@ -367,7 +398,9 @@ def open_ledger(
 ) -> SQLiteLedger:
     """A (not yet started) ledger for ``url``: ``sqlite:///<path>``, a plain path, or
     ``postgresql://...`` (then the local outbox is ``<home>/ledger-outbox.db``; ``home``
-    defaults to ``$SWITCHYARD_HOME`` or ``~/.switchyard``)."""
+    defaults to ``$SWITCHYARD_HOME`` or ``~/.switchyard``). ``none``: a ``NullLedger``."""
+    if url.strip() == "none":
+        return NullLedger()
     if is_postgres_url(url):
         from gateway.ledger.postgres import PostgresLedger, outbox_path_for
 

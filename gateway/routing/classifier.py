@@ -1,7 +1,8 @@
-"""The complexity classifier at inference: a logistic model over the shared sentence embedding
-and cheap text features (gateway.routing.features). Pure numpy; the embedding comes from the
-caller (the shared embedder), so scoring one prompt costs one 400-wide dot product plus the
-text features.
+"""The complexity classifier at inference: two logistic heads (will the strong / the weak
+model answer correctly?) over the shared sentence embedding and cheap text features
+(gateway.routing.features), combined with a prompt-length prior (see train.RouterModel).
+Pure numpy; the embedding comes from the caller (the shared embedder), so scoring one prompt
+costs two 400-wide dot products plus the text features.
 
 The weights file (JSON) records the embedder it was trained on; loading refuses an embedder
 of another name or dimension, so a score is never computed on vectors of the wrong space."""
@@ -50,11 +51,21 @@ class ComplexityClassifier:
             self.dim: int = int(emb["dim"])
             if tuple(doc["features"]) != FEATURE_NAMES:
                 raise ClassifierError(f"{source}: trained on other text features than this version computes")
-            self._mean = np.asarray(doc["feature_mean"], dtype=np.float64)
-            self._std = np.asarray(doc["feature_std"], dtype=np.float64)
-            self._w_emb = np.asarray(doc["w_emb"], dtype=np.float64) * float(doc.get("emb_scale", 1.0))
-            self._w_feat = np.asarray(doc["w_feat"], dtype=np.float64) / self._std
-            self._bias = float(doc["bias"]) - float(self._w_feat @ self._mean)
+            mean = np.asarray(doc["feature_mean"], dtype=np.float64)
+            std = np.asarray(doc["feature_std"], dtype=np.float64)
+            # fold the standardisation into the weights: w . (f - mean) / std = (w / std) . f - c
+            self._heads = []
+            for name in ("strong", "weak"):
+                h = doc["heads"][name]
+                w_feat = np.asarray(h["w_feat"], dtype=np.float64) / std
+                self._heads.append(
+                    (np.asarray(h["w_emb"], dtype=np.float64), w_feat, float(h["bias"]) - float(w_feat @ mean))
+                )
+            self._alpha = float(doc["alpha"])
+            i = FEATURE_NAMES.index("log_chars")
+            self._len_w = float(doc["length_coef"]) / float(std[i])
+            self._len_b = -float(doc["length_coef"]) * float(mean[i]) / float(std[i])
+            self._center, self._scale = float(doc["center"]), float(doc["scale"])
             self.calibration: tuple[CalibrationPoint, ...] = tuple(
                 CalibrationPoint(float(p["threshold"]), float(p["strong_fraction"]), float(p["quality"]))
                 for p in doc.get("calibration", [])
@@ -63,8 +74,11 @@ class ComplexityClassifier:
             if isinstance(exc, ClassifierError):
                 raise
             raise ClassifierError(f"{source}: malformed weights file ({exc!r})") from None
-        if self._w_emb.shape != (self.dim,) or self._w_feat.shape != (len(FEATURE_NAMES),):
-            raise ClassifierError(f"{source}: weight shapes do not match the declared dimensions")
+        for w_emb, w_feat, _ in self._heads:
+            if w_emb.shape != (self.dim,) or w_feat.shape != (len(FEATURE_NAMES),):
+                raise ClassifierError(f"{source}: weight shapes do not match the declared dimensions")
+        if not self._scale > 0:
+            raise ClassifierError(f"{source}: 'scale' must be positive")
         self.source = source
 
     @classmethod
@@ -91,19 +105,23 @@ class ComplexityClassifier:
         """Score of one prompt from its embedding (shape (dim,)) and its text."""
         if embedding.shape != (self.dim,):
             raise ClassifierError(f"embedding has shape {embedding.shape}, expected ({self.dim},)")
-        z = float(self._w_emb @ embedding) + float(self._w_feat @ np.asarray(text_features(text)))
-        return _sigmoid(z + self._bias)
+        feats = np.asarray(text_features(text), dtype=np.float64)
+        return float(self._combine(embedding.astype(np.float64)[None, :], feats[None, :])[0])
 
     def score_batch(self, embeddings: F32, texts: list[str]) -> F64:
         if embeddings.shape != (len(texts), self.dim):
             raise ClassifierError(
                 f"embeddings have shape {embeddings.shape}, expected ({len(texts)}, {self.dim})"
             )
-        z = (
-            embeddings.astype(np.float64) @ self._w_emb
-            + feature_matrix(texts).astype(np.float64) @ self._w_feat
-        )
-        return np.asarray(0.5 * (1.0 + np.tanh(0.5 * (z + self._bias))), dtype=np.float64)
+        return self._combine(embeddings.astype(np.float64), feature_matrix(texts))
+
+    def _combine(self, emb: F64, feats: F64) -> F64:
+        (se, sf, sb), (we, wf, wb) = self._heads
+        p_strong = _sigmoid(emb @ se + feats @ sf + sb)
+        p_weak = _sigmoid(emb @ we + feats @ wf + wb)
+        length = feats[:, FEATURE_NAMES.index("log_chars")] * self._len_w + self._len_b
+        raw = self._alpha * p_strong - p_weak + length
+        return _sigmoid((raw - self._center) / self._scale)
 
     def threshold_for_quality(self, target: float) -> float:
         """The highest threshold whose calibrated quality reaches ``target`` (fraction of strong
@@ -128,5 +146,5 @@ def vector_space(embedder_name: str) -> str:
     return "all-minilm-l6-v2" if "minilm-l6" in lowered else lowered
 
 
-def _sigmoid(z: float) -> float:
-    return float(0.5 * (1.0 + np.tanh(0.5 * z)))
+def _sigmoid(z: F64) -> F64:
+    return np.asarray(0.5 * (1.0 + np.tanh(0.5 * z)), dtype=np.float64)

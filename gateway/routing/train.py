@@ -95,6 +95,54 @@ def fit(emb: F32, feats: F64, y: F64, l2: float, emb_scale: float = 1.0) -> Fitt
     return Fitted(design, w, b)
 
 
+LOG_CHARS = FEATURE_NAMES.index("log_chars")
+
+
+@dataclass(frozen=True, slots=True)
+class RouterModel:
+    """Two logistic heads on one design: P(strong model correct) and P(weak model correct).
+
+    raw   = alpha * P(strong ok) - P(weak ok) + length_coef * standardised log(prompt chars)
+    score = sigmoid((raw - center) / scale)        (monotone in raw; spreads scores over 0..1)
+
+    alpha < 1 leans towards "the weak model fails" (alpha = 0) from the pure expected gain
+    (alpha = 1); the length prior encodes "longer prompts are harder", which holds within every
+    task we measured, while the heads' own length weights are learnt across tasks."""
+
+    strong: Fitted
+    weak: Fitted
+    alpha: float
+    length_coef: float
+    center: float = 0.0
+    scale: float = 1.0
+
+    def raw(self, emb: F32, feats: F64) -> F64:
+        z = (feats[:, LOG_CHARS] - self.strong.design.mean[LOG_CHARS]) / self.strong.design.std[LOG_CHARS]
+        raw = self.alpha * self.strong.scores(emb, feats) - self.weak.scores(emb, feats) + self.length_coef * z
+        return np.asarray(raw, dtype=np.float64)
+
+    def scores(self, emb: F32, feats: F64) -> F64:
+        return _sigmoid((self.raw(emb, feats) - self.center) / self.scale)
+
+
+def fit_router(
+    emb: F32, feats: F64, weak: F64, strong: F64, l2: float, alpha: float, length_prior: float
+) -> RouterModel:
+    """Fit both heads; the length coefficient is ``length_prior`` standard deviations of the
+    heads' combined score (so the prior's weight does not depend on the heads' scale)."""
+    design = make_design(feats)
+    x = design.matrix(emb, feats)
+    ws, bs = fit_logistic(x, strong, l2)
+    ww, bw = fit_logistic(x, weak, l2)
+    model = RouterModel(Fitted(design, ws, bs), Fitted(design, ww, bw), alpha, 0.0)
+    spread = float(np.std(model.raw(emb, feats))) or 1.0
+    model = RouterModel(model.strong, model.weak, alpha, length_prior * spread)
+    raw = model.raw(emb, feats)
+    return RouterModel(
+        model.strong, model.weak, alpha, model.length_coef, float(np.median(raw)), float(np.std(raw)) or 1.0
+    )
+
+
 def group_folds(groups: list[str], k: int, seed: int) -> list[npt.NDArray[np.int64]]:
     """Indices of k folds that never split a group (task/domain) across folds (with fewer
     than k groups: random folds over the rows)."""

@@ -18,15 +18,17 @@ from gateway.routing.evaluation import router_metrics
 from gateway.routing.features import FEATURE_NAMES
 from gateway.routing.train import (
     Example,
+    Fitted,
     calibration_curve,
     correctness,
     feature_table,
-    fit,
+    fit_router,
     group_folds,
-    labels,
 )
 
-L2_GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
+L2_GRID = (1e-3, 3e-3, 1e-2)
+ALPHA = 0.75  # see RouterModel: chosen on MMLU-domain and GSM8K hold-outs (load_tests/README.md)
+LENGTH_PRIOR = 0.5
 FOLDS = 5
 EncodeFn = Callable[[list[str]], npt.NDArray[np.float32]]
 
@@ -34,7 +36,7 @@ EncodeFn = Callable[[list[str]], npt.NDArray[np.float32]]
 def read_examples(files: list[Path]) -> list[Example]:
     out: list[Example] = []
     for path in files:
-        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for i, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
             if not line.strip():
                 continue
             row = json.loads(line)
@@ -61,26 +63,27 @@ def train_router(
     embedder_name: str,
     seed: int,
     l2: float | None,
+    alpha: float = ALPHA,
+    length_prior: float = LENGTH_PRIOR,
     command: str,
     log: Callable[[str], None],
 ) -> dict[str, Any]:
     examples = read_examples(files)
     log(f"{len(examples)} labelled prompts from {len(files)} file(s); embedding ...")
-    texts = [e.prompt for e in examples]
-    emb = encode(texts)
+    emb = encode([e.prompt for e in examples])
     feats = feature_table(examples)
-    y = labels(examples)
     weak, strong = correctness(examples)
     groups = [e.group for e in examples]
     folds = group_folds(groups, FOLDS, seed)
     cv: dict[str, Any] = {}
     best: tuple[float, float, npt.NDArray[np.float64]] | None = None
     for lam in (l2,) if l2 is not None else L2_GRID:
-        oof = np.zeros(len(y))
+        oof = np.zeros(len(weak))
         fold_apgr = []
         for idx in folds:
-            train = np.setdiff1d(np.arange(len(y)), idx)
-            oof[idx] = fit(emb[train], feats[train], y[train], lam).scores(emb[idx], feats[idx])
+            train = np.setdiff1d(np.arange(len(weak)), idx)
+            model = fit_router(emb[train], feats[train], weak[train], strong[train], lam, alpha, length_prior)
+            oof[idx] = model.scores(emb[idx], feats[idx])
             fold_apgr.append(router_metrics(oof[idx], weak[idx], strong[idx]).apgr)
         mean = float(np.mean(fold_apgr))
         cv[f"{lam:g}"] = round(mean, 4)
@@ -89,29 +92,36 @@ def train_router(
             best = (mean, lam, oof.copy())
     assert best is not None
     _, lam, oof = best
-    final = fit(emb, feats, y, lam)
-    d = final.design
-    n_emb = emb.shape[1]
+    final = fit_router(emb, feats, weak, strong, lam, alpha, length_prior)
     pooled = router_metrics(oof, weak, strong)
     log(f"chose l2={lam:g}; pooled out-of-fold APGR {pooled.apgr:.4f} CPT50 {pooled.cpt50:.1f}%")
+    d, n_emb = final.strong.design, emb.shape[1]
+
+    def head(f: Fitted) -> dict[str, Any]:
+        return {"w_emb": _r(f.w[:n_emb]), "w_feat": _r(f.w[n_emb:]), "bias": round(f.b, 6)}
+
     return {
         "format": FORMAT,
         "embedder": {"name": EMBEDDER_NAME, "dim": EMBEDDER_DIM, "trained_with": embedder_name},
-        "model": "logistic regression on [embedding, standardised text features]",
-        "label": "weak model incorrect (score = estimated probability that the cheap model fails)",
+        "model": "two logistic heads on [embedding, standardised text features]: "
+        "raw = alpha*P(strong correct) - P(weak correct) + length_coef*z(log chars); "
+        "score = sigmoid((raw - center)/scale)",
         "features": list(FEATURE_NAMES),
-        "feature_mean": [round(float(v), 6) for v in d.mean],
-        "feature_std": [round(float(v), 6) for v in d.std],
-        "emb_scale": d.emb_scale,
-        "w_emb": [round(float(v), 6) for v in final.w[:n_emb]],
-        "w_feat": [round(float(v), 6) for v in final.w[n_emb:]],
-        "bias": round(final.b, 6),
+        "feature_mean": _r(d.mean),
+        "feature_std": _r(d.std),
+        "heads": {"strong": head(final.strong), "weak": head(final.weak)},
+        "alpha": alpha,
+        "length_coef": round(final.length_coef, 6),
+        "center": round(final.center, 6),
+        "scale": round(final.scale, 6),
         "calibration": calibration_curve(oof, weak, strong),
         "calibration_source": f"out-of-fold scores, {FOLDS} folds grouped by file/domain",
         "training": {
             "command": command,
             "seed": seed,
             "l2": lam,
+            "alpha": alpha,
+            "length_prior": length_prior,
             "cv_mean_fold_apgr": cv,
             "n": len(examples),
             "files": [{"name": p.name, "sha256": _sha(p)} for p in files],
@@ -120,6 +130,10 @@ def train_router(
             "oof_cpt80": round(pooled.cpt80, 2),
         },
     }
+
+
+def _r(v: npt.NDArray[np.float64]) -> list[float]:
+    return [round(float(x), 6) for x in v]
 
 
 def _sha(path: Path) -> str:

@@ -105,6 +105,17 @@ class ServedGateway:
         return env
 
     def start(self, timeout: float = 60.0) -> ServedGateway:
+        """Start and wait for /healthz; a port taken between choosing and binding it (other
+        processes on a busy machine) is retried with another port."""
+        for attempt in range(3):
+            try:
+                return self._start(timeout)
+            except RuntimeError as exc:
+                if "address already in use" not in str(exc) or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> ServedGateway:
         self.home.mkdir(parents=True, exist_ok=True)
         self.policy_path.write_text(self.policy_text)
         self.port = free_port()
