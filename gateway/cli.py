@@ -124,6 +124,12 @@ def cmd_policy_simulate(args: argparse.Namespace) -> int:
         "attempt_timeout_s": route.attempt_timeout_s,
         "deadline_s": route.deadline_s,
     }
+    if plan.auto is not None:  # complexity routing: the order for each decision
+        result["classifier"] = {
+            "threshold": round(plan.auto.threshold, 6),
+            "strong": [t.model for t in plan.auto.strong_first.targets],
+            plan.auto.low_tier: [t.model for t in plan.auto.low_first.targets],
+        }
     if args.json:
         print(json.dumps(result))
         return 0

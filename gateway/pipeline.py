@@ -188,6 +188,7 @@ class Pipeline:
             return plan
         choice = await plan.auto.choose(plan, last_user_text(body), out.embedding, self.semantic.embedder)
         ctx.extra["classifier_score"], ctx.extra["route_decision"] = choice.score, choice.tier
+        self.metrics.route_decisions.labels(plan.name, choice.tier).inc()
         out.plan = choice.plan
         return choice.plan
 

@@ -4,7 +4,9 @@ exact cache on, sampling the gateway's RSS and open file descriptors.
     python -m load_tests.soak --minutes 10 [--rps 60] [--sample-s 2] [--out DIR]
 
 Traffic: half the requests stream, half do not; three in four draw their prompt from a pool of
-100 (temperature 0: exact-cache hits once seen), one in four is unique (misses). The mock
+100 (temperature 0: exact-cache hits once seen), one in four is unique (misses). The exact cache
+is bounded at 256 KiB, so it is full before warm-up ends and its growth is not mistaken for a leak
+(the unbounded default of 256 MiB would fill at about 1.5 KiB per unique answer). The mock
 upstream runs as its own process with a little latency. After a warm-up (20% of the run, at
 least 10 s), RSS growth is the median RSS of the last tenth of the run against the median of
 the first tenth after warm-up; file-descriptor growth compares quiet points (load stopped,
@@ -34,6 +36,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "reports"
 SEGMENT_S = 60.0  # the load runs in segments (connections are closed and reopened between them)
 RSS_LIMIT = 0.10
 POOL = 100
+CACHE_BYTES = 256 * 1024
 
 
 def body_factory(stream: bool, tag: str) -> Any:
@@ -126,7 +129,10 @@ def run_soak(
         urllib.request.urlopen(
             urllib.request.Request(mock.url + "/_mock/config", data=config, method="POST"), timeout=5
         ).close()
-        policy = scenario_policy(mock.url).replace("cache: {mode: deterministic}", "cache: {mode: always}")
+        # The exact cache is bounded small so that it is full (steady) before warm-up ends: the
+        # RSS curve then shows leaks, not the cache filling up to its configured bound.
+        policy = scenario_policy(mock.url, f"cache: {{backend: memory, max_bytes: {CACHE_BYTES}}}")
+        policy = policy.replace("cache: {mode: deterministic}", "cache: {mode: always}")
         with ServedGateway(workdir, policy, args=["--log-level", "warning"]) as gw:
             gw.key()
             loop = new_event_loop()

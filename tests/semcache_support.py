@@ -25,9 +25,10 @@ def embedder(shared_model_dir: Path) -> Iterator[Any]:
 
 
 def qqp_rows(limit: int) -> list[dict[str, Any]]:
-    """The first ``limit`` QQP pairs, or a skip when ../shared/data is not there."""
+    """The first ``limit`` QQP pairs; none when ../shared/data is not there (callers that need
+    them skip, the others use their own sentences only)."""
     if not QQP.exists():
-        pytest.skip(f"QQP pairs not found at {QQP} (../shared/data is not checked out here)")
+        return []
     rows = []
     with QQP.open() as fh:
         for line in fh:

@@ -83,7 +83,12 @@ def test_score_picks_the_tier_and_the_ledger_records_it(
         assert r_easy.headers["x-switchyard-model"] == "small"
         assert r_hard.headers["x-switchyard-model"] == "large"
         assert r_stream.headers["x-switchyard-model"] == "large" and "[DONE]" in r_stream.text
-        assert [q["body"]["model"] for q in mock.requests()] == ["mock-small", "mock-large", "mock-large", "mock-small"]
+        assert [q["body"]["model"] for q in mock.requests()] == [
+            "mock-small",
+            "mock-large",
+            "mock-large",
+            "mock-small",
+        ]
         rows = {r["request_id"]: r for r in gw.ledger_rows()}
         row_easy = rows[r_easy.headers["x-request-id"]]
         row_hard = rows[r_hard.headers["x-request-id"]]
@@ -93,6 +98,15 @@ def test_score_picks_the_tier_and_the_ledger_records_it(
         assert row_easy["classifier_score"] == pytest.approx(easy, abs=1e-3)
         assert row_hard["classifier_score"] == pytest.approx(hard, abs=1e-3)
         assert row_plain["classifier_score"] is None and row_plain["route_decision"] is None
+        no_user = gw.post(
+            "/v1/chat/completions", {"model": "auto", "messages": [{"role": "system", "content": "hi"}]}
+        )
+        assert no_user.status_code == 200 and no_user.headers["x-switchyard-model"] == "small"  # tier order
+        row = {r["request_id"]: r for r in gw.ledger_rows()}[no_user.headers["x-request-id"]]
+        assert row["route_decision"] == "unscored" and row["classifier_score"] is None
+        metrics = gw.get("/metrics").text
+        assert 'switchyard_route_decisions_total{decision="strong",route="auto"} 2.0' in metrics
+        assert 'switchyard_route_decisions_total{decision="cheap",route="auto"} 1.0' in metrics
     finally:
         gw.stop()
 

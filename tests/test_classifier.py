@@ -280,3 +280,70 @@ def test_shipped_weights_beat_prompt_length_on_gsm8k(embedder: Any) -> None:
     ours = router_metrics(scores, weak, strong).apgr
     by_length = router_metrics(np.array([float(len(t)) for t in texts]), weak, strong).apgr
     assert ours > by_length
+
+
+# ----------------------------------------------------------------------------- train router
+def _training_rows(n: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(7)
+    rows = []
+    for i in range(n):
+        a, b, c = (int(x) for x in rng.integers(2, 999, size=3))
+        if i % 2:  # multi-step arithmetic: the weak model fails, the strong one does not
+            prompt = (
+                f"A shop sells {a} boxes of {b} pens each, then returns {c}. How many pens remain after tax?"
+            )
+            rows.append({"prompt": prompt, "weak_correct": False, "strong_correct": True, "domain": "math"})
+        else:
+            prompt = f"Name a colour of the flag number {a}."
+            rows.append({"prompt": prompt, "weak_correct": True, "strong_correct": True, "domain": "trivia"})
+    return rows
+
+
+def test_train_router_cli_is_deterministic_and_learns(tmp_path: Path, embedder: Any) -> None:
+    from gateway.cli import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "toy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _training_rows(80)))
+    outs = [tmp_path / "a.json", tmp_path / "b.json"]
+    for out in outs:
+        args = ["train", "router", "--data", str(data), "--out", str(out), "--l2", "0.001"]
+        args += ["--embedder", "torch", "--workers", "1"]
+        assert main(args) == 0
+    doc, again = (json.loads(p.read_text()) for p in outs)
+    want = f"switchyard train router --data {data} --out {outs[0]} --embedder torch --l2 0.001"
+    assert doc["training"]["command"] == want
+    again["training"]["command"] = doc["training"]["command"]
+    assert doc == again  # same data, same seed: the same model
+    assert doc["training"]["n"] == 80 and doc["embedder"]["trained_with"] == "minilm-l6-torch"
+    clf = ComplexityClassifier.load(outs[0])
+    texts = ["A shop sells 12 boxes of 30 pens each, then returns 7. How many pens remain after tax?"]
+    texts.append("Name a colour of the flag number 12.")
+    hard, easy = clf.score_batch(embedder.encode(texts), texts)
+    assert hard > easy
+
+
+def test_train_router_refuses_too_little_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli import main
+
+    (tmp_path / "few.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _training_rows(10)))
+    code = main(
+        ["train", "router", "--data", str(tmp_path / "few.jsonl"), "--embedder", "torch", "--workers", "1"]
+    )
+    assert code == 2 and "need at least 50" in capsys.readouterr().err
+
+
+def test_policy_simulate_shows_the_order_of_each_decision(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gateway.cli import main
+
+    path = tmp_path / "p.yaml"
+    path.write_text(POLICY.format(classifier="{threshold: 0.3}", selfhosted=""))
+    assert main(["policy", "simulate", str(path), "--model", "auto", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["classifier"]
+    assert got == {
+        "threshold": 0.3,
+        "strong": ["strong-a", "strong-b", "cheap-a"],
+        "cheap": ["cheap-a", "strong-a", "strong-b"],
+    }

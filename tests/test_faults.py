@@ -7,6 +7,7 @@ Retry-After, connection refused, deadlines, client disconnects, first breaker pr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -283,3 +284,75 @@ def test_probe_slot_is_freed_when_an_attempt_ends_without_verdict(tmp_path: Path
     outcome = asyncio.run(run_with_fallback(plan, fine, board, started=time.perf_counter()))
     assert outcome.value == "small"
     assert board.states()["small"] == "closed"
+
+
+def test_oversized_sse_event_is_a_clean_upstream_error(tmp_path: Path) -> None:
+    """A real loopback server whose stream starts with one 1 MB SSE line (past aiohttp's line
+    limit of 512 KiB): the gateway answers with an OpenAI-shaped 502 and records it, never a
+    500 (aiohttp raises LineTooLong, which is not a ClientError)."""
+    import socket
+    import threading
+
+    line = (
+        b'data: {"id": "x", "choices": [{"index": 0, "delta": {"content": "' + b"a" * 1_000_000 + b'"}}]}\n\n'
+    )
+    reply = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+        + line
+        + b"data: [DONE]\n\n"
+    )
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    port = server.getsockname()[1]
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, rest = data.partition(b"\r\n\r\n")
+                length = int(
+                    next(
+                        h.split(b":")[1]
+                        for h in head.split(b"\r\n")
+                        if h.lower().startswith(b"content-length")
+                    )
+                )
+                while len(rest) < length:
+                    rest += conn.recv(65536)
+                with contextlib.suppress(OSError):  # the gateway hangs up once it has had enough
+                    conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    policy = f"""
+providers:
+  big: {{type: openai, base_url: "http://127.0.0.1:{port}/v1", api_key: k}}
+models:
+  a: {{provider: big, price: {{input: 1, output: 1}}}}
+routes:
+  r: {{targets: [a], retries: 1}}
+"""
+    gw = start_gateway(tmp_path, policy)
+    try:
+        body = {"model": "r", "messages": [{"role": "user", "content": "x"}], "stream": True}
+        r = gw.post("/v1/chat/completions", body)
+        assert r.status_code == 502, r.text
+        assert r.json()["error"]["code"] == "stream_interrupted"
+        assert "oversized event" in r.json()["error"]["message"]
+        rows = gw.ledger_rows()
+        assert len(rows) == 1 and rows[0]["status"] == "error" and rows[0]["attempts"] == 2
+    finally:
+        gw.stop()
+        stop.set()
+        thread.join(5)
+        server.close()

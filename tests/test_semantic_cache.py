@@ -125,6 +125,14 @@ def test_near_miss_traps_never_hit(h: Harness, cached: str, asked: str) -> None:
     assert h.get(chat(cached)).hit  # the entry itself is fine
 
 
+def test_expired_entries_are_dropped_on_insert(h: Harness) -> None:
+    for q in ("How do I boil an egg?", "Who wrote Hamlet?"):
+        h.put(chat(q), q, ttl=0.2)
+    time.sleep(0.3)
+    h.put(chat("How do airplanes fly?"), "lift")
+    assert len(h.cache) == 1 and h.cache.partitions == 1
+
+
 def test_ttl_expiry(h: Harness) -> None:
     h.put(chat("How can I reset my password?"), "reset", ttl=0.3)
     assert h.get(chat("How can I reset my password?")).hit

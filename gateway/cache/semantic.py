@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -81,7 +80,7 @@ class SemanticCache:
         self.max_entries = max_entries
         self.candidates = candidates
         self._ivf_at = ivf_at
-        self._entries: OrderedDict[int, Entry] = OrderedDict()  # insertion order = eviction order
+        self._entries: dict[int, Entry] = {}  # insertion order = eviction order (oldest first)
         self._by_uid: dict[str, int] = {}
         self._parts: dict[str, PartitionIndex] = {}
         self._next = 1
@@ -153,7 +152,17 @@ class SemanticCache:
         while len(self._entries) > self.max_entries:
             self._drop(next(iter(self._entries)))
             self.evictions += 1
+        self._expire_oldest(now=time.time())
         return True
+
+    def _expire_oldest(self, now: float, budget: int = 8) -> None:
+        """Drop up to ``budget`` expired entries from the old end (amortised upkeep on insert;
+        lookups skip and drop any other expired entry they meet)."""
+        for _ in range(budget):
+            eid = next(iter(self._entries), None)
+            if eid is None or self._entries[eid].expires > now:
+                return
+            self._drop(eid)
 
     def add_many(self, entries: list[Entry], vectors: Vector) -> int:
         """Bulk add (rebuild from Redis, benchmarks): one faiss call per partition."""

@@ -59,7 +59,11 @@ class ComplexityClassifier:
                 h = doc["heads"][name]
                 w_feat = np.asarray(h["w_feat"], dtype=np.float64) / std
                 self._heads.append(
-                    (np.asarray(h["w_emb"], dtype=np.float64), w_feat, float(h["bias"]) - float(w_feat @ mean))
+                    (
+                        np.asarray(h["w_emb"], dtype=np.float64),
+                        w_feat,
+                        float(h["bias"]) - float(w_feat @ mean),
+                    )
                 )
             self._alpha = float(doc["alpha"])
             i = FEATURE_NAMES.index("log_chars")

@@ -1,9 +1,6 @@
-"""Fit the complexity classifier: L2-regularised logistic regression (Newton's method, pure
-numpy, deterministic) on [embedding, standardised text features].
-
-Label: the weak model got the prompt wrong (``not weak_correct``). The score is then the
-estimated probability that the cheap model fails, which orders prompts by how much sending them
-to the strong model can recover."""
+"""Fit the complexity classifier: two L2-regularised logistic regressions (Newton's method,
+pure numpy, deterministic) on [embedding, standardised text features], one predicting that the
+strong model answers correctly and one that the weak model does, combined in RouterModel."""
 
 from __future__ import annotations
 
@@ -12,7 +9,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gateway.routing.evaluation import routellm_curve
 from gateway.routing.features import FEATURE_NAMES, feature_matrix
 
 F32 = npt.NDArray[np.float32]
@@ -44,7 +40,7 @@ def fit_logistic(x: F64, y: F64, l2: float, iters: int = 30) -> tuple[F64, float
         hess = (xb * (p * (1 - p))[:, None]).T @ xb / n + np.diag(reg) + 1e-9 * np.eye(d + 1)
         step = np.linalg.solve(hess, grad)
         w -= step
-        if float(np.max(np.abs(step))) < 1e-7:
+        if float(np.max(np.abs(step))) < 1e-6:
             break
     return w[:-1], float(w[-1])
 
@@ -67,10 +63,6 @@ def make_design(feats: F64, emb_scale: float = 1.0) -> Design:
     std = feats.astype(np.float64).std(axis=0)
     std[std < 1e-6] = 1.0
     return Design(mean, std, emb_scale)
-
-
-def labels(examples: list[Example]) -> F64:
-    return np.array([0.0 if e.weak_correct else 1.0 for e in examples])
 
 
 def correctness(examples: list[Example]) -> tuple[F64, F64]:
@@ -118,7 +110,9 @@ class RouterModel:
 
     def raw(self, emb: F32, feats: F64) -> F64:
         z = (feats[:, LOG_CHARS] - self.strong.design.mean[LOG_CHARS]) / self.strong.design.std[LOG_CHARS]
-        raw = self.alpha * self.strong.scores(emb, feats) - self.weak.scores(emb, feats) + self.length_coef * z
+        raw = (
+            self.alpha * self.strong.scores(emb, feats) - self.weak.scores(emb, feats) + self.length_coef * z
+        )
         return np.asarray(raw, dtype=np.float64)
 
     def scores(self, emb: F32, feats: F64) -> F64:
@@ -157,17 +151,6 @@ def group_folds(groups: list[str], k: int, seed: int) -> list[npt.NDArray[np.int
     return [np.flatnonzero(gi == f) for f in range(k)]
 
 
-def out_of_fold_scores(
-    emb: F32, feats: F64, y: F64, groups: list[str], l2: float, k: int = 5, seed: int = 0
-) -> F64:
-    """Each example scored by a model that never saw its group: honest calibration data."""
-    out = np.zeros(len(y))
-    for idx in group_folds(groups, k, seed):
-        train = np.setdiff1d(np.arange(len(y)), idx)
-        out[idx] = fit(emb[train], feats[train], y[train], l2).scores(emb[idx], feats[idx])
-    return out
-
-
 def calibration_curve(scores: F64, weak: F64, strong: F64, points: int = 41) -> list[dict[str, float]]:
     """threshold -> expected share of prompts sent to the strong model and expected quality
     (accuracy of the routed mix / accuracy of always-strong), over score quantiles."""
@@ -191,17 +174,3 @@ def calibration_curve(scores: F64, weak: F64, strong: F64, points: int = 41) -> 
 
 def feature_table(examples: list[Example]) -> F64:
     return feature_matrix([e.prompt for e in examples])
-
-
-__all__ = [
-    "FEATURE_NAMES",
-    "Example",
-    "Fitted",
-    "calibration_curve",
-    "correctness",
-    "feature_table",
-    "fit",
-    "labels",
-    "out_of_fold_scores",
-    "routellm_curve",
-]

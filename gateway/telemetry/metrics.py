@@ -144,6 +144,15 @@ class Metrics:
                 registry=r,
             )
         )
+        # Complexity routing: which tier the classifier sent each request to first.
+        self.route_decisions = _Memo(
+            Counter(
+                "switchyard_route_decisions",
+                "Classifier routing decisions (strong|cheap|self_hosted|unscored), by route",
+                ["route", "decision"],
+                registry=r,
+            )
+        )
         self.upstream_errors = _Memo(
             Counter(
                 "switchyard_upstream_errors",
