@@ -284,7 +284,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 def register(sub: Any) -> None:
     """`switchyard train router` and `switchyard router score`."""
     train = sub.add_parser("train", help="train models from labelled data")
-    tsub = train.add_subparsers(dest="train_command", metavar="{router}")
+    tsub = train.add_subparsers(dest="train_command", metavar="{router,semcache}")
     tr = tsub.add_parser(
         "router", help="train the complexity classifier (weak/strong correctness per prompt)"
     )

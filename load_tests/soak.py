@@ -9,9 +9,11 @@ is bounded at 256 KiB, so it is full before warm-up ends and its growth is not m
 (the unbounded default of 256 MiB would fill at about 1.5 KiB per unique answer). The mock
 upstream runs as its own process with a little latency. After a warm-up (20% of the run, at
 least 10 s), RSS growth is the median RSS of the last tenth of the run against the median of
-the first tenth after warm-up; file-descriptor growth compares quiet points (load stopped,
-connections closed, 2 s settle) after warm-up and at the end. Writes soak-<UTC>.json, .md and
-.png (the RSS and fd curves) under DIR (default load_tests/reports)."""
+the first tenth after warm-up. File descriptors are compared at quiet points (load stopped,
+6 s settle) after warm-up and at the end, by kind: non-socket fds must not grow and no socket
+may be stuck in CLOSE_WAIT; ESTABLISHED sockets then are the upstream keep-alive pool.
+Writes soak-<UTC>.json, .md and .png (the RSS and fd curves) under DIR (default
+load_tests/reports)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "reports"
 SEGMENT_S = 60.0  # the load runs in segments (connections are closed and reopened between them)
 RSS_LIMIT = 0.10
 POOL = 100
+QUIET_S = 6.0
 CACHE_BYTES = 256 * 1024
 
 
@@ -91,9 +94,25 @@ class Sampler(threading.Thread):
             self.stop_event.wait(self.every_s)
 
 
-def _quiet_point(gw: ServedGateway) -> dict[str, int]:
-    time.sleep(2.0)
-    return {"rss_kib": gw.rss_kib(), "fds": gw.open_fds()}
+def _quiet_point(gw: ServedGateway) -> dict[str, Any]:
+    """Load stopped; past the server's keep-alive timeout (5 s) the clients' connections are gone."""
+    time.sleep(QUIET_S)
+    return {"rss_kib": gw.rss_kib(), "fds": gw.open_fds(), "census": gw.fd_census()}
+
+
+def fd_growth(before: dict[str, int], after: dict[str, int]) -> int:
+    """Descriptors that can only be leaks: more non-socket fds, sockets left in CLOSE_WAIT or in
+    any state but ESTABLISHED/LISTEN. (ESTABLISHED sockets at a quiet point are the upstream
+    keep-alive pool, whose size follows the peak concurrency, not the number of requests.)"""
+    other = after.get("other", 0) - before.get("other", 0)
+    stuck = sum(v for k, v in after.items() if k in ("close_wait", "tcp_other"))
+    unaccounted = after.get("sockets", 0) - sum(
+        after.get(k, 0) for k in ("established", "listen", "time_wait", "close_wait", "tcp_other")
+    )
+    before_unaccounted = before.get("sockets", 0) - sum(
+        before.get(k, 0) for k in ("established", "listen", "time_wait", "close_wait", "tcp_other")
+    )
+    return max(0, other) + stuck + max(0, unaccounted - before_unaccounted)
 
 
 def _merge(reports: list[Report]) -> dict[str, Any]:
@@ -189,7 +208,9 @@ def run_soak(
         "fds_start": start_quiet["fds"],
         "fds_after_warmup_quiet": after_warmup["fds"],
         "fds_end_quiet": end_quiet["fds"],
-        "fd_growth": end_quiet["fds"] - after_warmup["fds"],
+        "fd_growth": fd_growth(after_warmup["census"], end_quiet["census"]),
+        "fd_census_after_warmup": after_warmup["census"],
+        "fd_census_end": end_quiet["census"],
         "rss_end_quiet_kib": end_quiet["rss_kib"],
         "main_start_s": round(main_start, 2),
         "main_end_s": round(main_end, 2),
@@ -216,7 +237,9 @@ def render_markdown(result: dict[str, Any], machine: dict[str, Any], png: str | 
         f"{result['rss_end_kib'] / 1024:.1f} MiB |",
         f"| RSS growth after warm-up | {result['rss_growth'] * 100:.2f}% (limit {RSS_LIMIT * 100:.0f}%) |",
         f"| open fds, quiet after warm-up -> quiet at end | {result['fds_after_warmup_quiet']} -> "
-        f"{result['fds_end_quiet']} (growth {result['fd_growth']}) |",
+        f"{result['fds_end_quiet']} |",
+        f"| fds by kind at those points | {result['fd_census_after_warmup']} -> {result['fd_census_end']} |",
+        f"| leaked fds (non-socket growth, CLOSE_WAIT, unaccounted sockets) | {result['fd_growth']} |",
     ]
     if png:
         lines += ["", f"![RSS and open file descriptors over time]({png})"]

@@ -60,6 +60,39 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+TCP_STATES = {"01": "established", "06": "time_wait", "08": "close_wait", "0A": "listen"}
+
+
+def fd_census(pid: int) -> dict[str, int]:
+    """Open descriptors by kind: ``other`` (files, pipes, eventfds...) and sockets by TCP state.
+    Pooled keep-alive connections are ESTABLISHED sockets; a leaked socket shows up as
+    CLOSE_WAIT (the peer hung up, the process never closed it) or as ``other`` growing."""
+    inodes: set[str] = set()
+    census = {"total": 0, "other": 0, "sockets": 0}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        census["total"] += 1
+        if target.startswith("socket:["):
+            census["sockets"] += 1
+            inodes.add(target[8:-1])
+        else:
+            census["other"] += 1
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if len(cols) > 9 and cols[9] in inodes:
+                state = TCP_STATES.get(cols[3], "tcp_other")
+                census[state] = census.get(state, 0) + 1
+    return census
+
+
 @dataclass
 class ServedGateway:
     """``switchyard serve`` on a free loopback port with its own SWITCHYARD_HOME."""
@@ -180,6 +213,9 @@ class ServedGateway:
 
     def open_fds(self) -> int:
         return open_fds(self.pid)
+
+    def fd_census(self) -> dict[str, int]:
+        return fd_census(self.pid)
 
     def terminate(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
