@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import json
 import os
+import queue
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
     from gateway.cache.embedder import Embedder
 
-CHUNK = 128  # texts per encode call (sorted by length, so little padding)
+CHUNK = 16  # texts per encode call: small, so the embedding threads share the work evenly
 
 
 def _fail(msg: str) -> int:
@@ -58,22 +59,29 @@ def load_embedders(n: int, backend: str) -> list[Embedder]:
 
 
 def encode_all(texts: list[str], embedders: list[Embedder]) -> npt.NDArray[np.float32]:
-    """Embed many texts: sorted by length into chunks, chunks spread over the embedders (one
-    thread each; the backends release the GIL), rows returned in input order."""
+    """Embed many texts on all the embedders at once (one thread each; ONNX Runtime releases the
+    GIL): longest texts first, in small chunks taken from one shared queue so the threads finish
+    together; rows returned in input order. Each text is still encoded alone (see embed_backends),
+    so a score never depends on the other rows or on the thread count."""
     import numpy as np
 
     dim = embedders[0].dim
     out = np.zeros((len(texts), dim), dtype=np.float32)
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    chunks = [order[i : i + CHUNK] for i in range(0, len(order), CHUNK)]
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    chunks: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
+    for i in range(0, len(order), CHUNK):
+        chunks.put(order[i : i + CHUNK])
 
-    def work(k: int) -> None:
-        emb = embedders[k % len(embedders)]
-        for c in chunks[k :: len(embedders)]:
+    def work(emb: Embedder) -> None:
+        while True:
+            try:
+                c = chunks.get_nowait()
+            except queue.Empty:
+                return
             out[c] = emb.encode([texts[i] for i in c])
 
     with ThreadPoolExecutor(len(embedders)) as pool:
-        list(pool.map(work, range(len(embedders))))
+        list(pool.map(work, embedders))
     return out
 
 
@@ -96,7 +104,9 @@ def cached_encode(
 
 
 def _workers(arg: int | None) -> int:
-    return max(1, arg if arg else min(8, os.cpu_count() or 1))
+    """Embedding threads: as asked, else one per CPU this process may use (at most 8)."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, arg if arg else min(8, usable or 1))
 
 
 # ----------------------------------------------------------------------------- router score

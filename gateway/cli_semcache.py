@@ -1,7 +1,7 @@
 """`switchyard eval semcache` and `switchyard train semcache`: the semantic cache's tools.
 
     switchyard eval semcache --pairs FILE.jsonl [--split heldout] [--json] [--plot out.png]
-    switchyard train semcache --pairs FILE.jsonl [--out gateway/cache/verifier_weights.json]
+    switchyard train semcache --pairs FILE.jsonl [--out gateway/cache/verifier_weights.npz]
 
 The evaluation replays every pair through the real cache code: ``text_a`` is stored as the
 answer to a one-message chat, ``text_b`` is looked up in the same context (each pair in its
@@ -151,8 +151,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     embedder = load_embedder(args.embedder)
     verifier, meta = train(Path(args.pairs), embedder, target_precision=args.target_precision)
     out = Path(args.out) if args.out else WEIGHTS_PATH
-    out.write_text(json.dumps(verifier.to_json(), indent=1) + "\n")
-    print(f"wrote {out}: threshold {verifier.threshold}, {meta['candidates']} training candidates")
+    verifier.save(out)
+    print(
+        f"wrote {out}: threshold {verifier.threshold}, {meta['candidates']} training candidates,"
+        f" out-of-fold precision {meta['oof_precision']} recall {meta['oof_recall']}"
+    )
     return 0
 
 
@@ -175,7 +178,7 @@ def register_eval(esub: Any) -> None:
     )
     ev.add_argument("--json", action="store_true", help="one JSON object at the default setting")
     ev.add_argument("--plot", help="write the precision-recall curve as PNG")
-    ev.add_argument("--weights", help="verifier weights JSON (default: the shipped one)")
+    ev.add_argument("--weights", help="verifier weights .npz (default: the shipped one)")
     ev.add_argument("--limit", type=int, default=0, help="use the first N pairs only")
     ev.set_defaults(func=cmd_eval)
 
@@ -187,6 +190,8 @@ def register_train(sub: Any) -> None:
     tsub = groups[0] if groups else train.add_subparsers(dest="train_command")
     tr = tsub.add_parser("semcache", help="train the semantic-cache verifier on labelled question pairs")
     _common(tr)
-    tr.add_argument("--out", help="weights JSON to write (default: the packaged verifier_weights.json)")
-    tr.add_argument("--target-precision", type=float, default=0.965, help="precision the threshold aims at")
+    tr.add_argument("--out", help="weights .npz to write (default: the packaged verifier_weights.npz)")
+    tr.add_argument(
+        "--target-precision", type=float, default=0.955, help="out-of-fold precision the threshold aims at"
+    )
     tr.set_defaults(func=cmd_train)

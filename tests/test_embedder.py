@@ -59,7 +59,7 @@ def test_similar_questions_are_close_and_unrelated_far(embedder: Any) -> None:  
 
 async def test_embed_micro_batches_concurrent_callers(embedder: Any) -> None:  # noqa: F811
     texts = [f"question number {i}: how do I bake bread at altitude {i * 100} m?" for i in range(64)]
-    expected = embedder.encode(texts)
+    expected = embedder._encode_fn(texts)  # the backend itself: encode() would fill the LRU
     before_batches, before_texts = embedder.batches, embedder.batched_texts
     got = await asyncio.gather(*(embedder.embed(t) for t in texts))
     batches = embedder.batches - before_batches
@@ -102,3 +102,62 @@ def test_gateway_import_loads_no_model_libraries() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == ""
+
+
+def _counting_backend(calls: list[list[str]]) -> Any:
+    def encode(texts: Any) -> Any:
+        calls.append(list(texts))
+        rng = [np.random.default_rng(abs(hash(t)) % 2**32).standard_normal(384) for t in texts]
+        vecs = np.asarray(rng, dtype=np.float32).reshape(len(texts), 384)
+        return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+
+    return encode
+
+
+async def test_exact_repeats_come_from_the_lru_without_the_model() -> None:
+    from gateway.cache.embedder import Embedder
+
+    calls: list[list[str]] = []
+    emb = Embedder("test-backend", _counting_backend(calls), cache_size=2)
+    try:
+        first = emb.encode(["a", "b", "a"])  # a repeat inside one call is encoded once
+        assert calls == [["a", "b"]] and np.array_equal(first[0], first[2])
+        again = await emb.embed("a")  # from the LRU: no model call, no worker batch
+        assert calls == [["a", "b"]] and emb.batches == 0
+        np.testing.assert_array_equal(again, first[0])
+        again[:] = 0  # callers get their own copy: the cached vector is untouched
+        np.testing.assert_array_equal(emb.encode(["a"])[0], first[0])
+        emb.encode(["c"])  # size 2: "b" (least recently used) is evicted, "a" stays
+        assert calls[-1] == ["c"] and len(emb.cache) == 2
+        emb.encode(["b", "a"])
+        assert calls[-1] == ["b"]
+        assert emb.cache.hits >= 3 and emb.cache.misses >= 4
+        off = Embedder("test-backend", _counting_backend(calls), cache_size=0)
+        off.encode(["a"])
+        off.encode(["a"])
+        assert calls[-2:] == [["a"], ["a"]] and len(off.cache) == 0
+    finally:
+        emb.close()
+
+
+def test_onnx_vector_does_not_depend_on_its_batch(embedder: Any) -> None:  # noqa: F811
+    """int8 dynamic quantisation scales per run: one text per run keeps a text's vector its own
+    (the classifier and the verifier were trained on single-text vectors)."""
+    from gateway.cache.embedder import Embedder
+
+    if embedder.name != "minilm-l6-onnx-int8":
+        pytest.skip("onnxruntime not installed")
+    fresh = Embedder(embedder.name, embedder._encode_fn, cache_size=0)
+    alone = np.stack([fresh.encode([t])[0] for t in SENTENCES])
+    together = fresh.encode(SENTENCES)
+    np.testing.assert_allclose(together, alone, atol=1e-6)
+
+
+def test_truncation_matches_the_packaged_model() -> None:
+    """Serving (onnx) and training (sentence-transformers) cut texts at the same token count."""
+    import json
+
+    from gateway.cache import embed_backends
+
+    config = json.loads((embed_backends._model_dir() / "sentence_bert_config.json").read_text())
+    assert embed_backends.MAX_TOKENS == config["max_seq_length"] == 256

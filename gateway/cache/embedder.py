@@ -8,6 +8,8 @@ calls it only when a route uses the semantic cache or the complexity classifier.
   takes every queued text, and while traffic is concurrent it lingers up to
   ``linger_s`` (1 ms) for more before encoding them as one batch (at most ``max_batch``).
   A lone request at low load does not wait.
+- Exact repeats are answered from a bounded in-process LRU (``cache_size`` texts, ~1.5 KB
+  each): a repeated text costs a dict lookup and never reaches the model or the worker.
 
 Backends: ``onnx`` (int8 ONNX Runtime export of the same model; fast), ``torch``
 (sentence-transformers; the reference vectors), ``auto`` = onnx when onnxruntime is
@@ -21,6 +23,7 @@ import os
 import queue
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,13 +40,56 @@ _Job = tuple[str, asyncio.AbstractEventLoop, "asyncio.Future[Vector]"]
 SPACE = "sentence-transformers/all-MiniLM-L6-v2"
 
 
+class VectorLRU:
+    """Bounded, thread-safe text -> vector map (least recently used evicted first)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[str, Vector] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, text: str, *, count: bool = True) -> Vector | None:
+        if self.size <= 0:
+            return None
+        with self._lock:
+            vec = self._items.get(text)
+            if vec is None:
+                self.misses += count
+                return None
+            self._items.move_to_end(text)
+            self.hits += count
+            return vec
+
+    def put(self, text: str, vec: Vector) -> None:
+        if self.size <= 0:
+            return
+        vec = vec.copy()
+        vec.flags.writeable = False  # shared by every caller that repeats the text
+        with self._lock:
+            self._items[text] = vec
+            self._items.move_to_end(text)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 class Embedder:
     """Thread-safe sync ``encode`` plus a micro-batching ``embed`` for asyncio callers."""
 
     space = SPACE  # the vector space every backend reproduces
 
     def __init__(
-        self, name: str, encode_fn: EncodeFn, *, max_batch: int = 32, linger_s: float = 0.001
+        self,
+        name: str,
+        encode_fn: EncodeFn,
+        *,
+        max_batch: int = 32,
+        linger_s: float = 0.001,
+        cache_size: int = 4096,
     ) -> None:
         self.name = name
         self.dim = DIM
@@ -54,15 +100,37 @@ class Embedder:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        self.cache = VectorLRU(cache_size)
         self.batches = 0  # counters for tests and benchmarks
         self.batched_texts = 0
 
     def encode(self, texts: Sequence[str]) -> Vector:
-        with self._lock:
-            out = self._encode_fn(list(texts))
-        return np.ascontiguousarray(out, dtype=np.float32).reshape(len(texts), self.dim)
+        """(n, dim) float32 rows in input order; repeats (in the call or the LRU) encoded once."""
+        return self._encode(texts, count=True)
+
+    def _encode(self, texts: Sequence[str], *, count: bool) -> Vector:
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        todo: dict[str, list[int]] = {}
+        for i, text in enumerate(texts):
+            hit = self.cache.get(text, count=count)
+            if hit is None:
+                todo.setdefault(text, []).append(i)
+            else:
+                out[i] = hit
+        if todo:
+            fresh = list(todo)
+            with self._lock:
+                vecs = self._encode_fn(fresh)
+            vecs = np.asarray(vecs, dtype=np.float32).reshape(len(fresh), self.dim)
+            for text, vec in zip(fresh, vecs, strict=True):
+                out[todo[text]] = vec
+                self.cache.put(text, vec)
+        return out
 
     async def embed(self, text: str) -> Vector:
+        hit = self.cache.get(text)
+        if hit is not None:
+            return hit.copy()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Vector] = loop.create_future()
         self._ensure_worker()
@@ -110,7 +178,7 @@ class Embedder:
             batch, stop = self._collect(first, concurrent)
             concurrent = len(batch) > 1
             try:
-                vecs = self.encode([job[0] for job in batch])
+                vecs = self._encode([job[0] for job in batch], count=False)  # embed() counted
                 self.batches += 1
                 self.batched_texts += len(batch)
                 for i, (_, loop, fut) in enumerate(batch):

@@ -4,15 +4,21 @@ Rows are ``{"text_a", "text_b", "label"}`` (1 = same question). The split is det
 a pair is held out when ``sha256(text_a + "\\x1f" + text_b)`` falls in the last fifth, so the
 evaluation (``switchyard eval semcache --split heldout``) never sees a training pair.
 
-The model is a logistic regression fitted with Newton's method (numpy only) on the pairs
-that pass the hard rules and the cosine floor; the shipped threshold is the lowest one
-whose precision on the training pairs reaches ``--target-precision``."""
+Only pairs a lookup would score are training candidates (they pass the hard rules and the
+cosine floor and are not the same words). The model is an ensemble of ``members`` MLPs
+(scikit-learn, one ReLU layer, L2 ``alpha``, early stopping) on ``verifier.model_input``.
+The threshold never looks at held-out pairs: the training part is cut into 5 validation
+folds (a second hash), every training pair gets an out-of-fold score from an ensemble fitted
+on the other 4 folds (the same-words pairs score 1, rejected ones 0, as at lookup time),
+and the shipped threshold is the lowest one whose out-of-fold precision reaches
+``target_precision``. The shipped weights are then fitted on all training candidates."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,14 +27,23 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.cache.embedder import Embedder
-from gateway.cache.verifier import FEATURES, Verifier, analyse, features, hard_reject, pair_vector
+from gateway.cache.verifier import INPUT_DIM, Verifier, analyse, hard_reject, model_input
 
 HELDOUT_BUCKETS = 5  # 1 in 5 pairs is held out
+VAL_FOLDS = 5
+F64 = npt.NDArray[np.float64]
+F32 = npt.NDArray[np.float32]
 
 
 def is_heldout(text_a: str, text_b: str) -> bool:
     digest = hashlib.sha256(f"{text_a}\x1f{text_b}".encode()).digest()
     return int.from_bytes(digest[:4], "big") % HELDOUT_BUCKETS == 0
+
+
+def val_fold(text_a: str, text_b: str) -> int:
+    """The validation fold of a training pair (independent of the held-out hash)."""
+    digest = hashlib.sha256(f"val\x1f{text_a}\x1f{text_b}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % VAL_FOLDS
 
 
 def read_pairs(path: Path, split: str = "all") -> list[tuple[str, str, int]]:
@@ -48,9 +63,7 @@ def read_pairs(path: Path, split: str = "all") -> list[tuple[str, str, int]]:
     return rows
 
 
-def pair_vectors(
-    embedder: Embedder, pairs: Sequence[tuple[str, str, int]]
-) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+def pair_vectors(embedder: Embedder, pairs: Sequence[tuple[str, str, int]]) -> tuple[F32, F32]:
     """The (n, 384) vectors of every text_a and every text_b (each distinct text embedded once)."""
     texts = sorted({t for a, b, _ in pairs for t in (a, b)})
     index = {t: i for i, t in enumerate(texts)}
@@ -60,30 +73,10 @@ def pair_vectors(
     return vecs[[index[a] for a, _, _ in pairs]], vecs[[index[b] for _, b, _ in pairs]]
 
 
-def fit_logistic(
-    x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], l2: float = 3.0, iters: int = 30
-) -> tuple[npt.NDArray[np.float64], float]:
-    """Weights and bias of a logistic regression with penalty ``l2/2 * |w|^2`` (Newton-Raphson)."""
-    n, d = x.shape
-    xb = np.hstack([x, np.ones((n, 1))])
-    w = np.zeros(d + 1)
-    reg = np.full(d + 1, l2)
-    reg[-1] = 0.0
-    for _ in range(iters):
-        p = 1.0 / (1.0 + np.exp(-np.clip(xb @ w, -50, 50)))
-        grad = xb.T @ (p - y) + reg * w
-        hess = (xb * (p * (1 - p))[:, None]).T @ xb + np.diag(reg) + 1e-9 * np.eye(d + 1)
-        step = np.linalg.solve(hess, grad)
-        w -= step
-        if np.abs(step).max() < 1e-8:
-            break
-    return w[:-1], float(w[-1])
-
-
-def pick_threshold(scores: npt.NDArray[np.float64], labels: npt.NDArray[np.float64], target: float) -> float:
+def pick_threshold(scores: F64, labels: F64, target: float) -> float:
     """The lowest threshold at which the precision of all hits above it is still >= target
     (counting from 50 hits on, so that a lucky handful at the top does not decide)."""
-    order = np.argsort(-scores)
+    order = np.argsort(-scores, kind="stable")
     s, y = scores[order], labels[order]
     precision = np.cumsum(y) / np.arange(1, len(y) + 1)
     good = np.nonzero(precision >= target)[0]
@@ -91,46 +84,86 @@ def pick_threshold(scores: npt.NDArray[np.float64], labels: npt.NDArray[np.float
     return float(s[good.max()] if len(good) else s[0] + 1e-6)
 
 
+def fit_ensemble(
+    x: F64, y: F64, *, members: int = 3, hidden: int = 64, alpha: float = 3.0, seed: int = 0
+) -> tuple[F32, F32, F32, F32]:
+    """(w1, b1, w2, b2) of ``members`` MLPs on standardised ``x``, the standardisation folded
+    into w1/b1 so that inference takes raw model inputs."""
+    from sklearn.exceptions import ConvergenceWarning  # type: ignore[import-untyped]
+    from sklearn.neural_network import MLPClassifier  # type: ignore[import-untyped]
+
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    xs = (x - mean) / scale
+    w1s, b1s, w2s, b2s = [], [], [], []
+    for m in range(members):
+        clf = MLPClassifier((hidden,), alpha=alpha, max_iter=200, early_stopping=True, random_state=seed + m)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            clf.fit(xs, y)
+        w, b = clf.coefs_[0], clf.intercepts_[0]
+        w1s.append(w / scale[:, None])
+        b1s.append(b - (mean / scale) @ w)
+        w2s.append(clf.coefs_[1][:, 0])
+        b2s.append(clf.intercepts_[1][0])
+    f32 = np.float32
+    return (
+        np.hstack(w1s).astype(f32), np.concatenate(b1s).astype(f32),
+        np.concatenate(w2s).astype(f32), np.asarray(b2s, dtype=f32),
+    )  # fmt: skip
+
+
 def train(
-    pairs_path: Path, embedder: Embedder, *, min_cosine: float = 0.7, target_precision: float = 0.93
+    pairs_path: Path,
+    embedder: Embedder,
+    *,
+    min_cosine: float = 0.7,
+    target_precision: float = 0.955,
+    members: int = 3,
 ) -> tuple[Verifier, dict[str, Any]]:
     started = time.time()
     pairs = read_pairs(pairs_path, "train")
     va, vb = pair_vectors(embedder, pairs)
-    hand, inter, labels = [], [], []
+    rows, labels, folds, fixed = [], [], [], []  # fixed: 1.0 same words, 0.0 never scored, nan model
     for (a, b, label), u, v in zip(pairs, va, vb, strict=True):
         ta, tb = analyse(a), analyse(b)
         cosine = float(u @ v)
-        if cosine < min_cosine or hard_reject(ta, tb) is not None:
-            continue  # never scored at lookup time either
-        hand.append(features(ta, tb, cosine))
-        inter.append(pair_vector(u, v))
         labels.append(float(label))
-    xh = np.asarray(hand, dtype=np.float64)
-    y = np.asarray(labels, dtype=np.float64)
-    mean, scale = xh.mean(axis=0), xh.std(axis=0)
-    scale[scale == 0] = 1.0
-    x = np.hstack([(xh - mean) / scale, np.asarray(inter, dtype=np.float64)])
-    w, bias = fit_logistic(x, y)
-    scores = 1.0 / (1.0 + np.exp(-(x @ w + bias)))
-    threshold = pick_threshold(scores, y, target_precision)
-    nh = len(FEATURES)
+        folds.append(val_fold(a, b))
+        if hard_reject(ta, tb) is not None or (ta.words != tb.words and cosine < min_cosine):
+            fixed.append(0.0)
+        elif ta.words == tb.words:
+            fixed.append(1.0)
+        else:
+            fixed.append(np.nan)
+            rows.append(model_input(ta, tb, cosine, u, v))
+    y_all, fold_all, score = np.asarray(labels), np.asarray(folds), np.asarray(fixed)
+    cand = np.isnan(score)
+    x = np.asarray(rows, dtype=np.float64).reshape(-1, INPUT_DIM)
+    y, fold = y_all[cand], fold_all[cand]
+    oof = np.zeros(len(y))
+    for k in range(VAL_FOLDS):  # out-of-fold scores: the threshold never sees its own fit
+        part = Verifier(*fit_ensemble(x[fold != k], y[fold != k], members=members), 0.5, min_cosine)
+        oof[fold == k] = part.probabilities(x[fold == k].astype(np.float32))
+    score[cand] = oof
+    threshold = pick_threshold(score, y_all, target_precision)
+    hits = score >= threshold
     backend = "onnx" if "onnx" in embedder.name else "torch"
     meta = {
-        "model": "logistic regression (Newton, L2 3.0): standardised text features + [u*v, |u-v|]",
+        "model": f"{members} x MLP(64 ReLU, alpha 3.0, early stopping) on lexical features +"
+        " [u*v, |u-v|, u+v]",
         "embedder": embedder.name,
         "trained_on": pairs_path.name,
         "split": f"train = pairs with sha256(text_a + '\\x1f' + text_b) % {HELDOUT_BUCKETS} != 0",
+        "threshold_from": f"{VAL_FOLDS}-fold out-of-fold scores on the train split",
         "train_pairs": len(pairs),
-        "candidates": len(labels),
+        "candidates": int(cand.sum()),
         "target_precision": target_precision,
+        "oof_precision": round(float(y_all[hits].mean()), 4) if hits.any() else None,
+        "oof_recall": round(float(y_all[hits].sum() / max(1.0, y_all.sum())), 4),
         "command": f"switchyard train semcache --pairs {pairs_path.name} --embedder {backend}"
         f" --target-precision {target_precision}",
-        "seconds": round(time.time() - started, 1),
     }
-    verifier = Verifier(
-        tuple(float(v) for v in w[:nh]), w[nh:].astype(np.float32), bias,
-        tuple(float(v) for v in mean), tuple(float(v) for v in scale),
-        round(threshold, 4), min_cosine, meta,
-    )  # fmt: skip
-    return verifier, meta
+    w1, b1, w2, b2 = fit_ensemble(x, y, members=members)
+    meta["seconds"] = round(time.time() - started, 1)
+    return Verifier(w1, b1, w2, b2, round(threshold, 4), min_cosine, meta), meta
