@@ -23,6 +23,7 @@ class Outcomes:
     broken_stream_flagged: int = 0
     dirty_stream: int = 0  # an error event AND [DONE]: a broken stream dressed as success
     bad: int = 0
+    keepalive_retries: int = 0  # requests resent after a pooled connection turned out closed
     statuses: dict[str, int] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
     bad_examples: list[str] = field(default_factory=list)
@@ -45,6 +46,7 @@ class Outcomes:
             "broken_stream_flagged": self.broken_stream_flagged,
             "dirty_stream": self.dirty_stream,
             "bad": self.bad,
+            "keepalive_retries": self.keepalive_retries,
             "statuses": dict(sorted(self.statuses.items())),
             "p99_ms": self.p99_ms(),
             "bad_examples": self.bad_examples[:5],
@@ -89,9 +91,23 @@ async def _one(
 ) -> None:
     t0 = time.perf_counter()
     conn = None
+    while pool and conn is None:
+        candidate = pool.pop()
+        conn = candidate if candidate.usable else None
+    reused = conn is not None
     try:
-        conn = pool.pop() if pool else await Connection.open(target, keep_body=True)
-        resp = await conn.request(data, timeout)
+        try:
+            if conn is None:
+                conn = await Connection.open(target, keep_body=True)
+            resp = await conn.request(data, timeout)
+        except (RuntimeError, ConnectionError):
+            # A pooled keep-alive connection the server closed while it sat idle (a race every
+            # HTTP client has): the request was not taken, so it goes out on a fresh connection.
+            if not reused:
+                raise
+            out.keepalive_retries += 1
+            conn = await Connection.open(target, keep_body=True)
+            resp = await conn.request(data, timeout)
     except Exception as exc:
         out.bad += 1
         out.bad_examples.append(f"transport: {type(exc).__name__}: {exc}")
