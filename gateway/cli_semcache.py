@@ -192,6 +192,6 @@ def register_train(sub: Any) -> None:
     _common(tr)
     tr.add_argument("--out", help="weights .npz to write (default: the packaged verifier_weights.npz)")
     tr.add_argument(
-        "--target-precision", type=float, default=0.955, help="out-of-fold precision the threshold aims at"
+        "--target-precision", type=float, default=0.95, help="out-of-fold precision the threshold aims at"
     )
     tr.set_defaults(func=cmd_train)

@@ -1,5 +1,6 @@
-"""The one orchestrator of a request: limits -> exact cache -> route -> provider (retries,
-fallbacks, breakers) -> meter -> ledger, cache, metrics. Handlers call it; it knows no HTTP."""
+"""The one orchestrator of a request: limits -> exact cache -> semantic cache -> classifier ->
+budget reservation -> provider (retries, fallbacks, breakers, engine spill-over) -> metering
+(gateway/metering.py: ledger row, metrics, settlement) -> caches. Handlers call it; it knows no HTTP."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from decimal import Decimal
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
@@ -21,12 +21,11 @@ from gateway.core.errors import StreamBrokenError, SwitchyardError, UpstreamErro
 from gateway.core.redact import redact
 from gateway.core.types import ChatRequest, ChatStream, RawResult, RequestContext, Target, Usage
 from gateway.core.types import usage_from_openai as read_usage
-from gateway.ledger.meter import estimate_usage, savings_cause
-from gateway.ledger.pricing import cost_of
-from gateway.ledger.row import LedgerRow
+from gateway.ledger.meter import estimate_usage
 from gateway.ledger.store import SQLiteLedger
 from gateway.limits.gate import Limits
 from gateway.limits.ratelimit import RpmLimiter
+from gateway.metering import Outcome, record
 from gateway.routing.attempts import run_with_fallback
 from gateway.routing.breaker import BreakerBoard
 from gateway.routing.params import apply_params
@@ -34,13 +33,11 @@ from gateway.routing.router import RoutePlan
 from gateway.runtime import Runtime
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.prompt_log import log_exchange
-from gateway.telemetry.tracing import RequestFacts, RequestTracer
+from gateway.telemetry.tracing import RequestTracer
 
 log = logging.getLogger("switchyard")
 DONE = b"data: [DONE]\n\n"
 _R = TypeVar("_R")
-ZERO = Decimal("0E-10")
-CACHE_HITS = ("hit", "semantic_hit")  # answered from a cache: cost 0, no upstream
 
 
 @dataclass(slots=True)
@@ -55,25 +52,6 @@ class Reply:
     # releases the upstream and records the request if the stream was never iterated (the
     # client left before the first byte).
     on_close: Callable[[], Awaitable[None]] | None = None
-
-
-@dataclass(slots=True)
-class _Outcome:
-    """Facts collected for the ledger row and the metrics of one request."""
-
-    endpoint: str
-    requested: str
-    plan: RoutePlan | None = None
-    target: Target | None = None
-    usage: Usage = field(default_factory=Usage)
-    cache: str = "off"
-    status: str = "ok"
-    http_status: int = 200
-    error_code: str | None = None
-    ttft: float | None = None
-    stream: bool = False
-    semantic: SemanticResult | None = None  # the semantic-cache lookup, when the route ran one
-    embedding: Any = None  # float32 (384,) vector of the last user message (shared with the classifier)
 
 
 def _estimate(
@@ -113,7 +91,7 @@ class Pipeline:
     # ----------------------------------------------------------------- entry points
     async def chat(self, req: ChatRequest, ctx: RequestContext) -> Reply:
         rt = self.runtime
-        out = _Outcome("chat", req.model, stream=req.stream)
+        out = Outcome("chat", req.model, stream=req.stream)
         try:
             plan = self._admit(rt, req.model, ctx, "chat", out)
             await self.limits.admit(rt.policy, ctx.principal.tenant, ctx.principal.key_id)
@@ -150,7 +128,7 @@ class Pipeline:
     async def passthrough(self, endpoint: str, body: dict[str, Any], ctx: RequestContext) -> Reply:
         """/v1/completions and /v1/embeddings: routed, retried, metered; not cached."""
         rt = self.runtime
-        out = _Outcome(endpoint, str(body.get("model")))
+        out = Outcome(endpoint, str(body.get("model")))
         try:
             plan = self._admit(rt, body.get("model"), ctx, endpoint, out)
             await self.limits.admit(rt.policy, ctx.principal.tenant, ctx.principal.key_id)
@@ -174,13 +152,13 @@ class Pipeline:
         return await self._durable(ctx, Reply(self._headers(ctx, out), body=orjson.dumps(result.body)))
 
     # ----------------------------------------------------------------- steps
-    def _admit(self, rt: Runtime, model: object, ctx: RequestContext, kind: str, out: _Outcome) -> RoutePlan:
+    def _admit(self, rt: Runtime, model: object, ctx: RequestContext, kind: str, out: Outcome) -> RoutePlan:
         """Route the request (rate limits follow in ``limits.admit``)."""
         plan = out.plan = rt.router.plan(model, ctx.principal, kind)
         return plan
 
     async def _classify(
-        self, plan: RoutePlan, body: dict[str, Any], ctx: RequestContext, out: _Outcome
+        self, plan: RoutePlan, body: dict[str, Any], ctx: RequestContext, out: Outcome
     ) -> RoutePlan:
         """Routes with a classifier: score the last user message (reusing the semantic cache's
         vector) and try the tier the score picks first (gateway/routing/tiers.py)."""
@@ -193,7 +171,7 @@ class Pipeline:
         return choice.plan
 
     async def _reserve(
-        self, rt: Runtime, plan: RoutePlan, body: dict[str, Any], ctx: RequestContext, out: _Outcome
+        self, rt: Runtime, plan: RoutePlan, body: dict[str, Any], ctx: RequestContext, out: Outcome
     ) -> RoutePlan:
         """Reserve the worst-case cost on the budgets; spill to the route's fallback if asked."""
         plans = [plan]
@@ -207,7 +185,7 @@ class Pipeline:
         return plans[index]
 
     def _cache_key(
-        self, plan: RoutePlan, body: dict[str, Any], ctx: RequestContext, out: _Outcome
+        self, plan: RoutePlan, body: dict[str, Any], ctx: RequestContext, out: Outcome
     ) -> str | None:
         mode = plan.policy.cache.mode
         if mode == "off" or (mode == "deterministic" and not is_deterministic(body)):
@@ -233,7 +211,7 @@ class Pipeline:
         task.add_done_callback(self._background.discard)
 
     async def _semantic_get(
-        self, rt: Runtime, plan: RoutePlan, body: dict[str, Any], ctx: RequestContext, out: _Outcome
+        self, rt: Runtime, plan: RoutePlan, body: dict[str, Any], ctx: RequestContext, out: Outcome
     ) -> SemanticResult | None:
         """After an exact miss, on routes with ``semantic_cache.enabled``: embed once, look up.
         Any failure (model, Redis) is a miss, never a failed request."""
@@ -252,7 +230,7 @@ class Pipeline:
         self.metrics.cache.labels("semantic_hit" if sem.lookup.hit else "semantic_miss").inc()
         return sem
 
-    def _semantic_set(self, rt: Runtime, plan: RoutePlan, out: _Outcome, payload: bytes) -> None:
+    def _semantic_set(self, rt: Runtime, plan: RoutePlan, out: Outcome, payload: bytes) -> None:
         if out.semantic is not None and not out.semantic.lookup.hit:
             cfg = plan.policy.semantic_cache
             ttl = cfg.ttl_s or plan.policy.cache.ttl_s or rt.policy.cache.ttl_s
@@ -262,7 +240,7 @@ class Pipeline:
                 log.exception("semantic cache store failed")
 
     def _replay(
-        self, hit: bytes, req: ChatRequest, ctx: RequestContext, out: _Outcome, status: str = "hit"
+        self, hit: bytes, req: ChatRequest, ctx: RequestContext, out: Outcome, status: str = "hit"
     ) -> Reply:
         out.cache = status
         completion = orjson.loads(hit)
@@ -289,7 +267,7 @@ class Pipeline:
         rt: Runtime,
         plan: RoutePlan,
         ctx: RequestContext,
-        out: _Outcome,
+        out: Outcome,
         fn: Callable[[Any, Target, float], Awaitable[Any]],
     ) -> Any:
         async def call(target: Target, timeout: float) -> Any:
@@ -318,7 +296,7 @@ class Pipeline:
         body: dict[str, Any],
         req: ChatRequest,
         ctx: RequestContext,
-        out: _Outcome,
+        out: Outcome,
         key: str | None,
     ) -> Reply:
         idle = plan.policy.stream_idle_timeout_s
@@ -359,7 +337,7 @@ class Pipeline:
         first: dict[str, Any],
         req: ChatRequest,
         ctx: RequestContext,
-        out: _Outcome,
+        out: Outcome,
         key: str | None,
     ) -> AsyncIterator[bytes]:
         assembler = StreamAssembler()
@@ -397,7 +375,7 @@ class Pipeline:
             await stream.aclose()
 
     # ----------------------------------------------------------------- bookkeeping
-    def _headers(self, ctx: RequestContext, out: _Outcome) -> dict[str, str]:
+    def _headers(self, ctx: RequestContext, out: Outcome) -> dict[str, str]:
         headers = {
             "x-request-id": ctx.request_id,
             "x-switchyard-cache": "bypass" if out.cache in ("off", "bypass") else out.cache,
@@ -413,85 +391,16 @@ class Pipeline:
             headers["x-switchyard-attempts"] = str(ctx.attempts)
         return headers
 
-    def _failed(self, ctx: RequestContext, out: _Outcome, exc: SwitchyardError) -> None:
+    def _failed(self, ctx: RequestContext, out: Outcome, exc: SwitchyardError) -> None:
         exc.message = redact(exc.message, self.runtime.secrets)  # upstreams may echo our keys
         out.status, out.http_status, out.error_code = "error", exc.status, exc.code
         if out.target is None:  # refused before any upstream call
             self.metrics.rejections.labels(exc.code or str(exc.status)).inc()
         self._record(ctx, out)  # every authenticated request gets its ledger row
 
-    def _record(self, ctx: RequestContext, out: _Outcome) -> None:
-        ctx.extra["recorded"] = True
-        now = time.perf_counter()
-        total = now - ctx.started
-        plan, target, usage = out.plan, out.target, out.usage
-        route = plan.name if plan is not None else ""
-        served = target if out.cache not in CACHE_HITS else None
-        cost = cost_of(usage, served.price, output_expected=out.endpoint != "embeddings") if served else None
-        if out.cache in CACHE_HITS:
-            cost = ZERO
-        self._settle(ctx, out, cost)
-        baseline = None
-        if plan is not None and plan.baseline is not None:
-            base_usage = Usage(usage.input_tokens, usage.output_tokens)  # baseline: no cache discount
-            baseline = cost_of(base_usage, plan.baseline.price, output_expected=out.endpoint != "embeddings")
-        model_label = served.model if served else ("cache" if out.cache in CACHE_HITS else "none")
-        provider_label = served.provider if served else ("cache" if out.cache in CACHE_HITS else "none")
-        m = self.metrics
-        m.requests.labels(out.endpoint, route, model_label, provider_label, out.status, out.cache).inc()
-        stream_label = "true" if out.stream else "false"
-        m.latency.labels(out.endpoint, route, stream_label).observe(total)
-        if out.ttft is not None:
-            m.ttft.labels(route).observe(out.ttft)
-            m.overhead.labels(out.endpoint, stream_label).observe(max(0.0, out.ttft - ctx.upstream_seconds))
-        elif out.status == "ok":
-            m.overhead.labels(out.endpoint, stream_label).observe(max(0.0, total - ctx.upstream_seconds))
-        if served is not None:
-            if usage.input_tokens:
-                m.tokens.labels(route, served.model, "input").inc(usage.input_tokens)
-            if usage.cached_input_tokens:
-                m.tokens.labels(route, served.model, "cached_input").inc(usage.cached_input_tokens)
-            if usage.output_tokens:
-                m.tokens.labels(route, served.model, "output").inc(usage.output_tokens)
-            m.record_cost(ctx.principal.tenant, route, served.model, served.provider, cost)
-        if self.tracer is not None:
-            self._trace(ctx, out, route, served, cost, baseline)
-        base_model = plan.baseline.model if plan is not None and plan.baseline is not None else None
-        cause = savings_cause(out.cache, served, cost, baseline, base_model)
-        if cause != "none" and baseline is not None and cost is not None:
-            m.record_savings(ctx.principal.tenant, route, cause, baseline - cost)
-        # Committed by the writer thread's next group commit; _durable() awaits it.
-        ctx.extra["ledger_commit"] = self.ledger.submit(
-            LedgerRow(
-                request_id=ctx.request_id,
-                ts=ctx.started_wall,
-                tenant=ctx.principal.tenant,
-                key_id=ctx.principal.key_id,
-                route=route or None,
-                requested_model=out.requested,
-                served_model=served.model if served else None,
-                provider=served.provider if served else None,
-                endpoint=out.endpoint,
-                stream=out.stream,
-                cache_status=out.cache,
-                input_tokens=usage.input_tokens,
-                cached_tokens=usage.cached_input_tokens,
-                cache_write_tokens=usage.cache_write_tokens,
-                output_tokens=usage.output_tokens,
-                usage_estimated=usage.estimated,
-                cost_usd=cost,
-                baseline_cost_usd=baseline,
-                latency_ms=total * 1000.0,
-                ttft_ms=out.ttft * 1000.0 if out.ttft is not None else None,
-                status=out.status,
-                http_status=out.http_status,
-                error_code=out.error_code,
-                attempts=ctx.attempts,
-                classifier_score=ctx.extra.get("classifier_score"),
-                savings_cause=cause,
-                route_decision=ctx.extra.get("route_decision"),
-            )
-        )
+    def _record(self, ctx: RequestContext, out: Outcome) -> None:
+        """Metrics, budget settlement, trace and the ledger row (gateway/metering.py)."""
+        record(self, ctx, out)
 
     async def _durable(self, ctx: RequestContext, reply: _R) -> _R:
         """Wait until this request's ledger row is committed, then hand back ``reply``: a
@@ -501,38 +410,6 @@ class Pipeline:
         if commit is not None:
             await commit
         return reply
-
-    def _trace(
-        self,
-        ctx: RequestContext,
-        out: _Outcome,
-        route: str,
-        served: Target | None,
-        cost: Decimal | None,
-        baseline: Decimal | None,
-    ) -> None:
-        assert self.tracer is not None
-        provider = self.runtime.policy.providers.get(served.provider) if served else None
-        self.tracer.record(
-            RequestFacts(
-                ctx.request_id, ctx.started_wall, out.endpoint, out.requested, route, served,
-                provider.type if provider else None, out.usage, cost, baseline, out.cache,
-                out.status, out.http_status, out.error_code, ctx.principal.tenant,
-            )
-        )  # fmt: skip
-
-    def _settle(self, ctx: RequestContext, out: _Outcome, cost: Decimal | None) -> None:
-        """Budgets: settle the reservation to the real cost (release it on failure); charge the
-        tokens to the key's tokens-per-minute limit."""
-        reservation = ctx.extra.pop("budget", None)
-        usage, target = out.usage, out.target
-        if target is None or out.cache in CACHE_HITS or out.status == "error":
-            self.limits.release(reservation)
-            return
-        tokens = (usage.input_tokens or 0) + (usage.output_tokens or 0)
-        self.limits.record_tokens(self.runtime.policy, ctx.principal.key_id, tokens)
-        if reservation is not None:
-            self.limits.settle(reservation, cost)
 
     async def aclose(self) -> None:
         await self.limits.aclose()

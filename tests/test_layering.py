@@ -5,7 +5,7 @@ import".
     config    imports core (and the top-level `gateway` package for __file__/__version__)
     providers, cache, routing, ledger, limits, telemetry
               import core/config and themselves, never each other
-    pipeline.py, runtime.py, api/*, cli.py, cli_admin.py
+    pipeline.py, metering.py, runtime.py, api/*, cli.py, cli_admin.py, cli_router.py
               the only modules that wire several siblings together
     nothing   imports engine, torch, load_tests or tests (except one lazy hook: the cli's
               build_parser registers `switchyard engine` from engine.cli); only api/ (and
@@ -27,7 +27,14 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PKG = REPO / "gateway"
 SIBLINGS = ("providers", "cache", "routing", "ledger", "limits", "telemetry")
-WIRING = {"gateway.pipeline", "gateway.runtime", "gateway.cli", "gateway.cli_admin", "gateway.cli_router"}  # plus gateway.api.*
+WIRING = {
+    "gateway.pipeline",
+    "gateway.metering",
+    "gateway.runtime",
+    "gateway.cli",
+    "gateway.cli_admin",
+    "gateway.cli_router",
+}  # plus gateway.api.*
 FORBIDDEN_ROOTS = ("engine", "torch", "load_tests", "tests")
 HTTP_SERVER_ROOTS = ("fastapi", "starlette", "uvicorn")
 

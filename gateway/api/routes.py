@@ -95,17 +95,13 @@ async def chat_completions(request: Request) -> Response:
     return _render(await state.pipeline.chat(req, ctx))
 
 
-@router.post(
-    "/v1/completions", responses=ERROR_RESPONSES, openapi_extra=openapi_extra(CompletionRequest)
-)
+@router.post("/v1/completions", responses=ERROR_RESPONSES, openapi_extra=openapi_extra(CompletionRequest))
 async def completions(request: Request) -> Response:
     state, ctx, data = await _admitted(request, CompletionRequest)
     return _render(await state.pipeline.passthrough("completions", data, ctx))
 
 
-@router.post(
-    "/v1/embeddings", responses=ERROR_RESPONSES, openapi_extra=openapi_extra(EmbeddingRequest)
-)
+@router.post("/v1/embeddings", responses=ERROR_RESPONSES, openapi_extra=openapi_extra(EmbeddingRequest))
 async def embeddings(request: Request) -> Response:
     state, ctx, data = await _admitted(request, EmbeddingRequest)
     return _render(await state.pipeline.passthrough("embeddings", data, ctx))

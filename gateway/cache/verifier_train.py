@@ -118,7 +118,7 @@ def train(
     embedder: Embedder,
     *,
     min_cosine: float = 0.7,
-    target_precision: float = 0.955,
+    target_precision: float = 0.95,
     members: int = 3,
 ) -> tuple[Verifier, dict[str, Any]]:
     started = time.time()
