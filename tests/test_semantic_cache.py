@@ -54,7 +54,8 @@ def h(embedder: Any) -> Any:  # noqa: F811
 
 def test_paraphrase_hits_and_replays_the_payload(h: Harness) -> None:
     h.put(chat("How can I reset my password?"), '{"answer": "reset"}')
-    found = h.get(chat("How do I reset my password?"))
+    # an explicit threshold: the shipped default is tuned for precision and sits close to this pair
+    found = h.get(chat("How do I reset my password?"), threshold=0.9)
     assert found.hit and found.payload == b'{"answer": "reset"}'
     assert found.matched == "How can I reset my password?"
     assert 0 < found.score <= 1 and found.cosine > 0.9

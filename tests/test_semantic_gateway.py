@@ -16,7 +16,7 @@ SEMANTIC_ROUTE = """
   faq:
     targets: [small]
     baseline: large
-    semantic_cache: {enabled: true, ttl_s: 600}
+    semantic_cache: {enabled: true, ttl_s: 600, threshold: 0.9}
 """
 
 

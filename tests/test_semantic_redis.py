@@ -66,7 +66,7 @@ async def test_second_replica_rebuilds_and_follows(prefix: str, embedder: Any) -
         # a replica started later rebuilds its index from Redis
         assert await store_two.start(two) == 1
         q = key_of("How do I reset my password?")
-        found = two.lookup(q.context, q.text, embedder.encode([q.text])[0])
+        found = two.lookup(q.context, q.text, embedder.encode([q.text])[0], 0.9)
         assert found.hit and found.payload == b'{"a": "reset"}'
         # and picks up entries the first replica adds afterwards (stream)
         k2 = key_of("What is the boiling point of water at sea level?")
