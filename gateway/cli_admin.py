@@ -35,7 +35,7 @@ from gateway.ledger.report import (
     to_csv,
     to_json,
 )
-from gateway.limits.keys import KeyLimits, KeyRecord, KeyStore
+from gateway.limits.keys import KeyLimits, KeyRecord, KeyStoreBase, open_key_store, store_errors
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -143,8 +143,8 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
-def _store() -> KeyStore:
-    return KeyStore(Settings.from_env().keys_db)
+def _store() -> KeyStoreBase:
+    return open_key_store(Settings.from_env())
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
@@ -155,7 +155,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
                 store.set_limits(rec.key_id, _limits_of(args))
     except (ValueError, InvalidOperation) as exc:
         return _fail(str(exc))
-    except sqlite3.Error as exc:
+    except store_errors() as exc:
         return _fail(f"key store: {exc}", EXIT_FAILED)
     if args.json:
         _print_json({"key": key, **{k: v for k, v in _record_json(rec).items() if k != "revoked_at"}})
@@ -168,7 +168,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     try:
         with _store() as store:
             records = store.list(include_revoked=args.all)
-    except sqlite3.Error as exc:
+    except store_errors() as exc:
         return _fail(f"key store: {exc}", EXIT_FAILED)
     if args.json:
         _print_json({"keys": [_record_json(r) for r in records]})
@@ -189,7 +189,7 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
     try:
         with _store() as store:
             revoked = store.revoke(args.key_id)
-    except sqlite3.Error as exc:
+    except store_errors() as exc:
         return _fail(f"key store: {exc}", EXIT_FAILED)
     if args.json:
         _print_json({"key_id": args.key_id, "revoked": revoked})
@@ -267,7 +267,7 @@ def cmd_budgets_set(args: argparse.Namespace) -> int:
             found = store.set_limits(args.key_id, _limits_of(args))
     except ValueError as exc:
         return _fail(str(exc))
-    except sqlite3.Error as exc:
+    except store_errors() as exc:
         return _fail(f"key store: {exc}", EXIT_FAILED)
     if not found:
         return _fail(f"no active key with id {args.key_id!r}", EXIT_FAILED)
@@ -309,7 +309,7 @@ def cmd_budgets_list(args: argparse.Namespace) -> int:
             rows = asyncio.run(run())
     except ValueError as exc:
         return _fail(str(exc))
-    except sqlite3.Error as exc:
+    except store_errors() as exc:
         return _fail(f"store: {exc}", EXIT_FAILED)
     for row in rows:
         row["resets_at"] = _iso(row["resets_at"])

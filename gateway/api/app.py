@@ -21,7 +21,7 @@ from gateway.cache.semantic_layer import SemanticLayer
 from gateway.config.loader import load_policy
 from gateway.config.settings import Settings
 from gateway.ledger.store import open_ledger
-from gateway.limits.keys import KeyCache, KeyStore
+from gateway.limits.keys import KeyCache, open_key_store
 from gateway.pipeline import Pipeline
 from gateway.runtime import build_runtime, close_parts
 from gateway.telemetry.metrics import Metrics
@@ -53,7 +53,7 @@ def create_app(settings: Settings | None = None) -> AdmissionGate:
         settings.home.mkdir(parents=True, exist_ok=True)
         ledger = open_ledger(settings.ledger_url, home=settings.home)  # postgresql://: outbox in home
         ledger.start()
-        key_store = KeyStore(settings.keys_db)
+        key_store = open_key_store(settings)  # PostgreSQL ledger: keys shared there
         state = AppState(
             settings=settings,
             pipeline=Pipeline(runtime, ledger, metrics),

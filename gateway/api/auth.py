@@ -8,9 +8,9 @@ from starlette.datastructures import Headers
 
 from gateway.config.policy import Policy
 from gateway.config.settings import Secret
-from gateway.core.errors import AuthenticationError, PermissionDeniedError
+from gateway.core.errors import AuthenticationError, PermissionDeniedError, ServiceUnavailableError
 from gateway.core.types import Principal
-from gateway.limits.keys import KeyCache
+from gateway.limits.keys import KeyCache, store_errors
 
 
 def presented_key(headers: Headers) -> str | None:
@@ -32,7 +32,12 @@ def authenticate(headers: Headers, policy: Policy, keys: KeyCache) -> Principal:
             "You didn't provide an API key. Send it as 'Authorization: Bearer sk-sy-...'",
             code="missing_api_key",
         )
-    record = keys.lookup(key)
+    try:
+        record = keys.lookup(key)
+    except store_errors():
+        raise ServiceUnavailableError(
+            "The key store is unreachable; retry shortly", code="key_store_unavailable"
+        ) from None
     if record is None:
         raise AuthenticationError("Incorrect API key provided")
     return _principal(record.tenant, record.key_id, policy)

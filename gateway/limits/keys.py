@@ -14,15 +14,20 @@ import os
 import re
 import secrets
 import sqlite3
+import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Final, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Self, TypeVar
+
+if TYPE_CHECKING:
+    from gateway.config.settings import Settings
 
 KEY_PREFIX: Final = "sk-sy-"
 KEY_ID_LEN: Final = 12
@@ -31,23 +36,49 @@ NAME_MAX: Final = 200
 KEY_MAX_LEN: Final = 256  # longer strings are not keys; don't spend time hashing them
 V = TypeVar("V")
 _BUSY_TIMEOUT_MS: Final = 5000
-_SCHEMA: Final = (
-    """CREATE TABLE IF NOT EXISTS api_keys (
+
+
+def schema_sql(real: str) -> tuple[str, ...]:
+    """The key tables (created if absent); ``real`` is the dialect's floating-point type."""
+    return (
+        f"""CREATE TABLE IF NOT EXISTS api_keys (
         key_id TEXT PRIMARY KEY,
         key_hash TEXT NOT NULL UNIQUE,
         tenant TEXT NOT NULL,
         name TEXT,
-        created_at REAL NOT NULL,
-        revoked_at REAL
+        created_at {real} NOT NULL,
+        revoked_at {real}
     )""",
-    "CREATE INDEX IF NOT EXISTS ix_api_keys_tenant ON api_keys (tenant)",
-    """CREATE TABLE IF NOT EXISTS key_limits (
+        "CREATE INDEX IF NOT EXISTS ix_api_keys_tenant ON api_keys (tenant)",
+        """CREATE TABLE IF NOT EXISTS key_limits (
         key_id TEXT PRIMARY KEY REFERENCES api_keys (key_id),
         rpm INTEGER,
         tpm INTEGER,
         daily_usd TEXT,
         monthly_usd TEXT
     )""",
+    )
+
+
+# Statements shared by every backend, written with "?" placeholders (a backend using another
+# paramstyle rewrites them). The upsert syntax is common to SQLite >= 3.24 and PostgreSQL.
+_INSERT_KEY: Final = (
+    "INSERT INTO api_keys (key_id, key_hash, tenant, name, created_at) VALUES (?, ?, ?, ?, ?)"
+)
+_SELECT_KEY: Final = (
+    "SELECT key_id, key_hash, tenant, name, created_at, revoked_at FROM api_keys WHERE key_id = ?"
+)
+_SELECT_ALL: Final = "SELECT key_id, tenant, name, created_at, revoked_at FROM api_keys"
+_REVOKE: Final = "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL"
+_IS_ACTIVE: Final = "SELECT 1 FROM api_keys WHERE key_id = ? AND revoked_at IS NULL"
+_UPSERT_LIMITS: Final = (
+    "INSERT INTO key_limits (key_id, rpm, tpm, daily_usd, monthly_usd) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (key_id) DO UPDATE SET rpm = excluded.rpm, tpm = excluded.tpm, "
+    "daily_usd = excluded.daily_usd, monthly_usd = excluded.monthly_usd"
+)
+_SELECT_LIMITS: Final = (
+    "SELECT l.key_id, l.rpm, l.tpm, l.daily_usd, l.monthly_usd FROM key_limits l "
+    "JOIN api_keys k ON k.key_id = l.key_id WHERE k.revoked_at IS NULL"
 )
 
 
@@ -108,19 +139,13 @@ def _plausible(key: object) -> bool:
     return isinstance(key, str) and key.startswith(KEY_PREFIX) and len(key) <= KEY_MAX_LEN
 
 
-class KeyStore:
-    """Keys in a SQLite file (WAL; schema created on first use).
+class KeyStoreBase(ABC):
+    """The key store's behaviour, over three primitives a backend provides (``_rows``,
+    ``_change``, ``_insert_new``), each running one statement written with "?" placeholders.
 
-    One connection is opened lazily and shared by all threads under a lock (a lookup costs a
-    few µs instead of the ~0.5 ms of opening a connection). Several processes may share the
-    file; each process (also after a fork) opens its own connection. Call ``close()`` when
-    done (or use the store as a context manager)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self._pid = 0
+    A backend keeps one connection, opened lazily and shared by all threads under a lock, and
+    reopens it in a forked child. Call ``close()`` when done (or use the store as a context
+    manager)."""
 
     def __enter__(self) -> Self:
         return self
@@ -128,8 +153,104 @@ class KeyStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @abstractmethod
     def close(self) -> None:
         """Close the connection (a later call opens a new one)."""
+
+    @abstractmethod
+    def _rows(self, sql: str, params: tuple[object, ...]) -> builtins.list[tuple[Any, ...]]:
+        """Run a query and return all its rows."""
+
+    @abstractmethod
+    def _change(self, sql: str, params: tuple[object, ...]) -> int:
+        """Run a statement and return how many rows it changed."""
+
+    @abstractmethod
+    def _insert_new(self, sql: str, params: tuple[object, ...]) -> bool:
+        """Run an INSERT; False (nothing inserted) if it violates a unique constraint."""
+
+    def create(self, tenant: str, name: str | None = None) -> tuple[str, KeyRecord]:
+        """Make a new key for ``tenant``. Returns the key (shown once) and its record."""
+        validate_tenant(tenant)
+        if name is not None and (len(name) > NAME_MAX or not name.isprintable()):
+            raise ValueError(f"invalid key name: at most {NAME_MAX} printable characters")
+        for _ in range(5):
+            key = KEY_PREFIX + secrets.token_urlsafe(32)
+            digest = hash_key(key)
+            record = KeyRecord(digest[:KEY_ID_LEN], tenant, name, time.time())
+            params = (record.key_id, digest, tenant, name, record.created_at)
+            if self._insert_new(_INSERT_KEY, params):
+                return key, record
+            # key_id collision (48 bits): draw again
+        raise RuntimeError("could not allocate a unique key id")  # pragma: no cover
+
+    def lookup(self, key: str) -> KeyRecord | None:
+        """The active record for ``key``; None if unknown, malformed or revoked."""
+        if not _plausible(key):
+            return None
+        return self.lookup_hash(hash_key(key))
+
+    def lookup_hash(self, digest: str) -> KeyRecord | None:
+        """Like ``lookup`` for a key already hashed with ``hash_key``."""
+        rows = self._rows(_SELECT_KEY, (digest[:KEY_ID_LEN],))
+        if not rows or not hmac.compare_digest(str(rows[0][1]), digest):
+            return None
+        row = rows[0]
+        if row[5] is not None:
+            return None
+        return KeyRecord(str(row[0]), str(row[2]), row[3], float(row[4]), None)
+
+    def list(self, include_revoked: bool = False) -> builtins.list[KeyRecord]:
+        """Every key (active ones only unless ``include_revoked``), oldest first."""
+        sql = _SELECT_ALL if include_revoked else _SELECT_ALL + " WHERE revoked_at IS NULL"
+        rows = self._rows(sql + " ORDER BY created_at, key_id", ())
+        return [
+            KeyRecord(str(r[0]), str(r[1]), r[2], float(r[3]), None if r[4] is None else float(r[4]))
+            for r in rows
+        ]
+
+    def revoke(self, key_id: str) -> bool:
+        """Revoke the key ``key_id``. False if there is no such active key."""
+        return self._change(_REVOKE, (time.time(), key_id)) == 1
+
+    def set_limits(self, key_id: str, limits: KeyLimits) -> bool:
+        """Replace the limits of the active key ``key_id``. False if there is no such key."""
+        for value in (limits.rpm, limits.tpm, limits.daily_usd, limits.monthly_usd):
+            if value is not None and value <= 0:
+                raise ValueError("limits must be positive (omit a limit to remove it)")
+        if not self._rows(_IS_ACTIVE, (key_id,)):
+            return False
+        self._change(
+            _UPSERT_LIMITS,
+            (
+                key_id,
+                limits.rpm,
+                limits.tpm,
+                None if limits.daily_usd is None else str(limits.daily_usd),
+                None if limits.monthly_usd is None else str(limits.monthly_usd),
+            ),
+        )
+        return True
+
+    def all_limits(self) -> dict[str, KeyLimits]:
+        """key_id -> limits, for every active key that has limits of its own."""
+        return {str(r[0]): _limits_row(tuple(r[1:])) for r in self._rows(_SELECT_LIMITS, ())}
+
+
+class KeyStore(KeyStoreBase):
+    """Keys in a SQLite file (WAL; schema created on first use).
+
+    One connection is opened lazily and shared by all threads under a lock (a lookup costs a
+    few µs instead of the ~0.5 ms of opening a connection). Several processes may share the
+    file; each process (also after a fork) opens its own connection."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+
+    def close(self) -> None:
         with self._lock:
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
@@ -147,7 +268,7 @@ class KeyStore:
             conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("BEGIN IMMEDIATE")
-            for stmt in _SCHEMA:
+            for stmt in schema_sql("REAL"):
                 conn.execute(stmt)
             conn.execute("COMMIT")
         except BaseException:
@@ -163,100 +284,36 @@ class KeyStore:
                 self._pid = os.getpid()
             yield self._conn
 
-    def create(self, tenant: str, name: str | None = None) -> tuple[str, KeyRecord]:
-        """Make a new key for ``tenant``. Returns the key (shown once) and its record."""
-        validate_tenant(tenant)
-        if name is not None and (len(name) > NAME_MAX or not name.isprintable()):
-            raise ValueError(f"invalid key name: at most {NAME_MAX} printable characters")
+    def _rows(self, sql: str, params: tuple[object, ...]) -> builtins.list[tuple[Any, ...]]:
         with self._connect() as conn:
-            for _ in range(5):
-                key = KEY_PREFIX + secrets.token_urlsafe(32)
-                digest = hash_key(key)
-                record = KeyRecord(digest[:KEY_ID_LEN], tenant, name, time.time())
-                try:
-                    conn.execute(
-                        "INSERT INTO api_keys (key_id, key_hash, tenant, name, created_at) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        (record.key_id, digest, tenant, name, record.created_at),
-                    )
-                except sqlite3.IntegrityError:  # key_id collision (48 bits): draw again
-                    continue
-                return key, record
-        raise RuntimeError("could not allocate a unique key id")  # pragma: no cover
+            return conn.execute(sql, params).fetchall()
 
-    def lookup(self, key: str) -> KeyRecord | None:
-        """The active record for ``key``; None if unknown, malformed or revoked."""
-        if not _plausible(key):
-            return None
-        return self.lookup_hash(hash_key(key))
-
-    def lookup_hash(self, digest: str) -> KeyRecord | None:
-        """Like ``lookup`` for a key already hashed with ``hash_key``."""
+    def _change(self, sql: str, params: tuple[object, ...]) -> int:
         with self._connect() as conn:
-            row = conn.execute(
-                "SELECT key_id, key_hash, tenant, name, created_at, revoked_at "
-                "FROM api_keys WHERE key_id = ?",
-                (digest[:KEY_ID_LEN],),
-            ).fetchone()
-        if row is None or not hmac.compare_digest(str(row[1]), digest):
-            return None
-        if row[5] is not None:
-            return None
-        return KeyRecord(str(row[0]), str(row[2]), row[3], float(row[4]), None)
+            return conn.execute(sql, params).rowcount
 
-    def list(self, include_revoked: bool = False) -> builtins.list[KeyRecord]:
-        """Every key (active ones only unless ``include_revoked``), oldest first."""
-        sql = "SELECT key_id, tenant, name, created_at, revoked_at FROM api_keys"
-        if not include_revoked:
-            sql += " WHERE revoked_at IS NULL"
-        with self._connect() as conn:
-            rows = conn.execute(sql + " ORDER BY created_at, key_id").fetchall()
-        return [
-            KeyRecord(str(r[0]), str(r[1]), r[2], float(r[3]), None if r[4] is None else float(r[4]))
-            for r in rows
-        ]
+    def _insert_new(self, sql: str, params: tuple[object, ...]) -> bool:
+        try:
+            self._change(sql, params)
+        except sqlite3.IntegrityError:
+            return False
+        return True
 
-    def revoke(self, key_id: str) -> bool:
-        """Revoke the key ``key_id``. False if there is no such active key."""
-        with self._connect() as conn:
-            cur = conn.execute(
-                "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
-                (time.time(), key_id),
-            )
-            return cur.rowcount == 1
 
-    def set_limits(self, key_id: str, limits: KeyLimits) -> bool:
-        """Replace the limits of the active key ``key_id``. False if there is no such key."""
-        for value in (limits.rpm, limits.tpm, limits.daily_usd, limits.monthly_usd):
-            if value is not None and value <= 0:
-                raise ValueError("limits must be positive (omit a limit to remove it)")
-        with self._connect() as conn:
-            row = conn.execute(
-                "SELECT 1 FROM api_keys WHERE key_id = ? AND revoked_at IS NULL", (key_id,)
-            ).fetchone()
-            if row is None:
-                return False
-            conn.execute(
-                "INSERT OR REPLACE INTO key_limits (key_id, rpm, tpm, daily_usd, monthly_usd) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (
-                    key_id,
-                    limits.rpm,
-                    limits.tpm,
-                    None if limits.daily_usd is None else str(limits.daily_usd),
-                    None if limits.monthly_usd is None else str(limits.monthly_usd),
-                ),
-            )
-            return True
+def open_key_store(settings: Settings) -> KeyStoreBase:
+    """The store ``settings`` call for: shared PostgreSQL tables when the ledger is PostgreSQL
+    (so every replica sees the same keys), else the SQLite file under ``SWITCHYARD_HOME``."""
+    if settings.ledger_url.startswith(("postgresql://", "postgres://")):
+        from gateway.limits.keys_pg import PostgresKeyStore
 
-    def all_limits(self) -> dict[str, KeyLimits]:
-        """key_id -> limits, for every active key that has limits of its own."""
-        with self._connect() as conn:
-            rows = conn.execute(
-                "SELECT l.key_id, l.rpm, l.tpm, l.daily_usd, l.monthly_usd FROM key_limits l "
-                "JOIN api_keys k ON k.key_id = l.key_id WHERE k.revoked_at IS NULL"
-            ).fetchall()
-        return {str(r[0]): _limits_row(tuple(r[1:])) for r in rows}
+        return PostgresKeyStore(settings.ledger_url)
+    return KeyStore(settings.keys_db)
+
+
+def store_errors() -> tuple[type[Exception], ...]:
+    """The database errors a key store may raise (psycopg's only once it has been imported)."""
+    pg = sys.modules.get("psycopg")
+    return (sqlite3.Error,) if pg is None else (sqlite3.Error, pg.Error)
 
 
 class KeyCache:
@@ -271,7 +328,7 @@ class KeyCache:
 
     def __init__(
         self,
-        store: KeyStore,
+        store: KeyStoreBase,
         ttl: float = 5.0,
         negative_ttl: float = 1.0,
         *,
@@ -296,17 +353,24 @@ class KeyCache:
         digest = hash_key(key)
         now = self._clock()
         hit = self._hits.get(digest)
-        if hit is not None:
-            if hit[0] > now:
-                return hit[1]
-            self._hits.pop(digest, None)
+        if hit is not None and hit[0] > now:
+            return hit[1]
         miss = self._misses.get(digest)
         if miss is not None:
             if miss > now:
                 return None
             self._misses.pop(digest, None)
-        record = self.store.lookup_hash(digest)
+        try:
+            record = self.store.lookup_hash(digest)
+        except store_errors():
+            if hit is None:
+                raise
+            # The store is unreachable (e.g. PostgreSQL down): keep honouring a key it confirmed
+            # recently rather than failing every caller; re-checked once it answers again.
+            self._remember(self._hits, digest, (now + self.ttl, hit[1]), self.max_entries)
+            return hit[1]
         if record is None:
+            self._hits.pop(digest, None)
             self._remember(self._misses, digest, now + self.negative_ttl, self.max_negative)
         else:
             self._remember(self._hits, digest, (now + self.ttl, record), self.max_entries)
