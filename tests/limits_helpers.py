@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any
 
 import httpx2 as httpx
 
+from tests.conftest import service_unavailable
 from tests.gateway_harness import ADMIN_KEY, free_port
 
 HELLO = [{"role": "user", "content": "hello there"}]
@@ -100,3 +103,27 @@ def serve(home: Path, policy: Path, log: Path, env: dict[str, str] | None = None
         time.sleep(0.1)
     gw.stop()
     raise RuntimeError(f"gateway did not start: {log.read_text()[-2000:]}")
+
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@contextmanager
+def redis_prefix(name: str) -> Iterator[str]:
+    """A unique key prefix on the shared Redis, its keys deleted at the end (skips outside CI
+    when Redis is unreachable; fails under CI=true)."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except (redis.RedisError, OSError) as exc:
+        service_unavailable("Redis at 127.0.0.1:6379", str(exc))
+    p = unique(name) + ":"
+    try:
+        yield p
+    finally:
+        keys = list(client.scan_iter(match=p + "*"))
+        if keys:
+            client.delete(*keys)
+        client.close()

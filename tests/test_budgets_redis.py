@@ -14,30 +14,17 @@ from gateway.core.types import Price
 from gateway.limits.budgets import from_nanos, worst_case_nanos
 from gateway.limits.keys import KeyStore
 from load_tests.mock_upstream import MockUpstream
-from tests.conftest import service_unavailable
 from tests.gateway_harness import mock_policy, start_gateway
-from tests.limits_helpers import HELLO, fire, ledger_cost, serve, unique
+from tests.limits_helpers import HELLO, REDIS_URL, fire, ledger_cost, redis_prefix, serve, unique
 
 pytestmark = pytest.mark.redis
-REDIS_URL = "redis://127.0.0.1:6379/0"
 BUDGET = Decimal("0.0005")
 
 
 @pytest.fixture
 def prefix() -> Iterator[str]:
-    client = redis.Redis.from_url(REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    try:
-        client.ping()
-    except (redis.RedisError, OSError) as exc:
-        service_unavailable("Redis at 127.0.0.1:6379", str(exc))
-    p = unique("sytest-limits") + ":"
-    try:
+    with redis_prefix("sytest-limits") as p:
         yield p
-    finally:
-        keys = list(client.scan_iter(match=p + "*"))
-        if keys:
-            client.delete(*keys)
-        client.close()
 
 
 def _policy(mock_url: str, tenant: str, prefix: str, extra_limits: str = "") -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,9 +15,9 @@ import pytest
 
 from gateway.ledger.postgres import pg_connect
 from load_tests.mock_upstream import MockUpstream
-from tests.conftest import service_unavailable
 from tests.durability_load import Load, gateway_process
 from tests.pg_outage import CuttableProxy, PrivateCluster
+from tests.pg_support import scratch_schema
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 SHARED = ("127.0.0.1", 5432)
@@ -45,22 +44,14 @@ def database() -> Iterator[PrivateCluster | CuttableProxy]:
 
 
 def _proxied() -> Iterator[CuttableProxy]:
-    schema = f"sy_outage_{uuid.uuid4().hex[:12]}"
     base = f"postgresql://postgres@{SHARED[0]}:{SHARED[1]}/test"
-    try:
-        admin = pg_connect(base)
-    except Exception as exc:
-        service_unavailable("PostgreSQL", str(exc))
-    admin.autocommit = True
-    admin.execute(f"CREATE SCHEMA {schema}")
-    proxy = CuttableProxy(SHARED, f"{base}?options=-csearch_path%3D{schema}")
-    proxy.start()
-    try:
-        yield proxy
-    finally:
-        proxy.destroy()
-        admin.execute(f"DROP SCHEMA {schema} CASCADE")
-        admin.close()
+    with scratch_schema("sy_outage", base) as url:
+        proxy = CuttableProxy(SHARED, url)
+        proxy.start()
+        try:
+            yield proxy
+        finally:
+            proxy.destroy()
 
 
 def outbox_rows(url: str) -> float:

@@ -5,10 +5,8 @@ storm -> the last good policy keeps serving every request."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -17,73 +15,19 @@ from pathlib import Path
 
 import httpx2 as httpx
 import pytest
-import redis
 
 from load_tests.mock_upstream import MockUpstream
+from load_tests.scenarios.deps import RedisProcess
 from tests.conftest import service_unavailable
-from tests.gateway_harness import ADMIN_KEY, RunningGateway, free_port, mock_policy, start_gateway
-
-
-class OwnRedis:
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
-            service_unavailable("redis-server (binary)", "not on PATH")
-            return
-        self.proc = subprocess.Popen(
-            [
-                exe,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.workdir),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis(port=self.port, socket_timeout=0.5)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except (redis.RedisError, OSError):
-                if time.monotonic() > deadline:
-                    self.stop()
-                    pytest.fail("own redis-server did not start")
-                time.sleep(0.05)
-        client.close()
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, sig)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait(10)
-        self.proc = None
+from tests.gateway_harness import ADMIN_KEY, RunningGateway, mock_policy, start_gateway
 
 
 @pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
-    r = OwnRedis(tmp_path)
+def own_redis(tmp_path: Path) -> Iterator[RedisProcess]:
+    """A private redis-server on a free port (the shared one is never paused or killed)."""
+    if shutil.which("redis-server") is None:
+        service_unavailable("redis-server (binary)", "not on PATH")
+    r = RedisProcess(tmp_path)
     r.start()
     try:
         yield r
@@ -102,7 +46,7 @@ def timed(gw: RunningGateway, body: dict[str, object]) -> tuple[httpx.Response, 
 
 
 @pytest.mark.redis
-def test_redis_paused_killed_and_back(tmp_path: Path, mock: MockUpstream, own_redis: OwnRedis) -> None:
+def test_redis_paused_killed_and_back(tmp_path: Path, mock: MockUpstream, own_redis: RedisProcess) -> None:
     extra = f"cache: {{backend: redis, redis_url: '{own_redis.url}', redis_timeout_s: 0.05}}\n"
     gw = start_gateway(tmp_path, mock_policy(mock.base_url, extra))
     sent = 0

@@ -12,7 +12,6 @@ import secrets
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from decimal import Decimal
@@ -26,35 +25,19 @@ from gateway.ledger.postgres import pg_connect
 from gateway.limits.keys import KeyCache, KeyLimits, KeyStore, hash_key, open_key_store
 from gateway.limits.keys_pg import PostgresKeyStore
 from load_tests.mock_upstream import MockUpstream
-from tests.conftest import service_unavailable
 from tests.gateway_harness import ADMIN_KEY, free_port, mock_policy
+from tests.pg_support import scratch_schema
 
 pytestmark = pytest.mark.postgres
-PG = os.environ.get("SWITCHYARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REPO = Path(__file__).resolve().parent.parent
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 HI = [{"role": "user", "content": "hi"}]
 
 
-def schema_url(schema: str) -> str:
-    sep = "&" if "?" in PG else "?"
-    return f"{PG}{sep}options=-csearch_path%3D{schema}"
-
-
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    schema = f"sy_keys_{uuid.uuid4().hex[:12]}"
-    try:
-        admin = pg_connect(PG)
-    except Exception as exc:
-        service_unavailable("PostgreSQL", str(exc))
-    admin.autocommit = True
-    admin.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield schema_url(schema)
-    finally:
-        admin.execute(f"DROP SCHEMA {schema} CASCADE")
-        admin.close()
+    with scratch_schema("sy_keys") as url:
+        yield url
 
 
 @pytest.fixture

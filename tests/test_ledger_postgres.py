@@ -4,8 +4,6 @@ give the same answers on both stores. Each test works in its own PostgreSQL sche
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -17,34 +15,18 @@ from gateway.ledger.query import LedgerUnavailable
 from gateway.ledger.report import savings_by_cause, spend, spend_series, spent_by, spent_since, to_csv
 from gateway.ledger.row import LedgerRow
 from gateway.ledger.store import SQLiteLedger
-from tests.conftest import service_unavailable
+from tests.pg_support import scratch_schema
 from tests.test_ledger_store import make_row
 
 pytestmark = pytest.mark.postgres
 D = Decimal
-PG = os.environ.get("SWITCHYARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 T0 = 1_764_460_800.0  # 2025-11-30T00:00:00Z
-
-
-def schema_url(schema: str) -> str:
-    sep = "&" if "?" in PG else "?"
-    return f"{PG}{sep}options=-csearch_path%3D{schema}"
 
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    schema = f"sy_ledger_{uuid.uuid4().hex[:12]}"
-    try:
-        admin = pg_connect(PG)
-    except Exception as exc:
-        service_unavailable("PostgreSQL", str(exc))
-    admin.autocommit = True
-    admin.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield schema_url(schema)
-    finally:
-        admin.execute(f"DROP SCHEMA {schema} CASCADE")
-        admin.close()
+    with scratch_schema("sy_ledger") as url:
+        yield url
 
 
 def rows() -> list[LedgerRow]:

@@ -9,34 +9,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from gateway.limits.keys import KeyStore
 from load_tests.mock_upstream import MockUpstream
-from tests.conftest import service_unavailable
 from tests.gateway_harness import mock_policy
-from tests.limits_helpers import HELLO, fire, serve, unique
+from tests.limits_helpers import HELLO, REDIS_URL, fire, redis_prefix, serve
 
 pytestmark = pytest.mark.redis
-REDIS_URL = "redis://127.0.0.1:6379/0"
 RPM = 30
 
 
 @pytest.fixture
 def prefix() -> Iterator[str]:
-    client = redis.Redis.from_url(REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    try:
-        client.ping()
-    except (redis.RedisError, OSError) as exc:
-        service_unavailable("Redis at 127.0.0.1:6379", str(exc))
-    p = unique("sytest-rl") + ":"
-    try:
+    with redis_prefix("sytest-rl") as p:
         yield p
-    finally:
-        keys = list(client.scan_iter(match=p + "*"))
-        if keys:
-            client.delete(*keys)
-        client.close()
 
 
 def test_two_processes_share_the_key_rpm(tmp_path: Path, mock: MockUpstream, prefix: str) -> None:
