@@ -24,7 +24,7 @@ from gateway.core.errors import (
     UpstreamTimeoutError,
 )
 from gateway.core.types import Price, Target, Usage
-from gateway.providers import anthropic as anthropic_module
+from gateway.providers import http as http_module
 from gateway.providers.anthropic import AnthropicProvider
 from load_tests.mock_upstream import MockUpstream
 
@@ -247,7 +247,7 @@ async def test_wrong_content_type_on_stream(provider: AnthropicProvider, mock: M
 async def test_huge_body_is_refused(
     provider: AnthropicProvider, mock: MockUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(anthropic_module, "MAX_BODY_BYTES", 10_000)
+    monkeypatch.setattr(http_module, "MAX_RESPONSE_BYTES", 10_000)
     mock.add_fault(kind="huge", bytes=50_000)
     with pytest.raises(UpstreamError) as info:
         await provider.chat(body(), TARGET, timeout=5)

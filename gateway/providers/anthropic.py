@@ -26,7 +26,6 @@ from gateway.providers.anthropic_wire import (
     to_anthropic_request,
 )
 
-MAX_BODY_BYTES = 32 * 1024 * 1024  # a complete response larger than this is not an answer
 MAX_EVENT_BYTES = 8 * 1024 * 1024  # one SSE event larger than this is a broken stream
 _NO_CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None)
 _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
@@ -76,7 +75,7 @@ class AnthropicProvider:
                     timeout=_NO_CLIENT_TIMEOUT,
                 ) as resp,
             ):
-                raw = await _read_limited(resp, MAX_BODY_BYTES)
+                raw = await http.read_limited(resp, http.MAX_RESPONSE_BYTES)
                 if resp.status != 200:
                     raise http.status_error(self.name, resp.status, resp.headers, raw or b"")
                 ctype = resp.headers.get("content-type", "")
@@ -85,7 +84,7 @@ class AnthropicProvider:
         except _TRANSPORT_ERRORS as exc:
             raise http.transport_error(self.name, exc) from None
         if raw is None:
-            raise http.bad_response(self.name, f"body larger than {MAX_BODY_BYTES} bytes")
+            raise http.bad_response(self.name, f"body larger than {http.MAX_RESPONSE_BYTES} bytes")
         if "json" not in ctype:
             raise http.bad_response(self.name, f"content-type {ctype or 'missing'}")
         try:
@@ -110,7 +109,7 @@ class AnthropicProvider:
                     timeout=_NO_CLIENT_TIMEOUT,
                 )
                 if resp.status != 200:
-                    raw = await _read_limited(resp, 64 * 1024)
+                    raw = await http.read_limited(resp, http.MAX_ERROR_BYTES)
                     raise http.status_error(self.name, resp.status, resp.headers, raw or b"")
             ctype = resp.headers.get("content-type", "")
             if "text/event-stream" not in ctype:
@@ -142,20 +141,6 @@ class AnthropicProvider:
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-
-async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes | None:
-    """The whole body, or None once it grows past ``limit`` bytes."""
-    if resp.content_length is not None and resp.content_length > limit:
-        return None
-    parts: list[bytes] = []
-    size = 0
-    async for piece in resp.content.iter_chunked(64 * 1024):
-        size += len(piece)
-        if size > limit:
-            return None
-        parts.append(piece)
-    return b"".join(parts)
 
 
 class AnthropicStream:
