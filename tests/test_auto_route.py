@@ -5,6 +5,7 @@ the cheap or the strong tier, and the ledger row carries the score and the decis
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,22 @@ def test_strong_tier_down_falls_back_to_cheap(
         assert r.status_code == 200 and r.headers["x-switchyard-model"] == "small"
         row = gw.ledger_rows()[-1]
         assert row["route_decision"] == "strong" and row["served_model"] == "small"
+    finally:
+        gw.stop()
+
+
+def test_a_classifier_route_loads_the_embedder_at_start_up_not_on_the_first_request(
+    tmp_path: Path, mock: MockUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SWITCHYARD_EMBEDDER", "torch")
+    gw = start_gateway(tmp_path, policy(mock.base_url, 0.5))
+    try:
+        semantic = gw.app_state.pipeline.semantic
+        deadline = time.monotonic() + 120
+        while semantic._embedder is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert semantic._embedder is not None  # warmed in the background, no request sent
+        assert not mock.requests()
     finally:
         gw.stop()
 

@@ -73,13 +73,20 @@ class SemanticLayer:
     def wanted(policy: Policy) -> bool:
         return any(r.semantic_cache.enabled for r in policy.routes.values())
 
+    @staticmethod
+    def embedder_wanted(policy: Policy) -> bool:
+        """The embedder serves the semantic cache and the complexity classifier."""
+        routes = policy.routes.values()
+        return any(r.semantic_cache.enabled or r.classifier is not None for r in routes)
+
     async def warm(self, policy: Policy) -> None:
-        """Load the embedder and the cache now when a route of ``policy`` uses them."""
-        if not self.wanted(policy):
-            return
+        """Load the embedder (and the cache) now, in the background, when a route of ``policy``
+        uses them, so the first request does not pay for it; routes that do not never load it."""
         try:
-            await self.embedder()
-            await self.cache(policy.cache)
+            if self.embedder_wanted(policy):
+                await self.embedder()
+            if self.wanted(policy):
+                await self.cache(policy.cache)
         except Exception:  # the first lookup tries again (and counts as a miss if it fails)
             log.exception("semantic cache: loading the embedder failed")
 
