@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,10 @@ CONDITIONAL = {
     "switchyard_ledger_outbox_rows": "a PostgreSQL ledger (the local outbox)",
     "switchyard_load_shed_total": "a gateway at capacity shedding load",
     "switchyard_cache_backend_errors_total": "a failing Redis cache backend",
+    # The mock policy has no semantic_cache and no classifier route: both need an embedding model
+    # loaded in the gateway (sentence-transformers + torch), too heavy for this traffic test.
+    "switchyard_semantic_lookup_seconds_bucket": "a route with semantic_cache enabled (an embedder)",
+    "switchyard_route_decisions_total": "a route with a complexity classifier (an embedder)",
 }
 
 GRAFANA_VARS = {
@@ -355,3 +360,71 @@ def test_every_metric_is_exported_by_a_running_gateway(gateway: RunningGateway, 
         s.labels["tenant"] for s in families["switchyard_cost_usd"].samples if s.name.endswith("_total")
     }
     assert tenants == {"team-a", "team-c"}
+
+
+# ------------------------------------------------------------------------------ new panels' values
+def test_routing_and_semantic_panels_compute_the_right_values(tmp_path: Path) -> None:
+    """The routing-share, semantic hit-ratio and semantic lookup-time panels, evaluated by
+    `promtool test rules` on known series: a wrong grouping or ratio gives a different number.
+    (The live test cannot: its gateway has no classifier route and no semantic cache.)"""
+    from tests.test_prometheus_rules import promtool
+
+    perf = {p["title"]: p for d in load_dashboards().values() if d["title"] == PERF_TITLE for p in panels(d)}
+
+    def exprs(title: str) -> list[str]:
+        return [to_promql(t["expr"].replace("$__rate_interval", "5m")) for t in perf[title]["targets"]]
+
+    (share,) = exprs("Routing decisions by route (share)")
+    exact, semantic = exprs("Cache hit ratio")
+    p50, p95 = exprs("Semantic cache lookup time")
+    decisions = "switchyard_route_decisions_total"
+    lookup = 'switchyard_semantic_lookup_seconds_bucket{route="auto",le="%s"}'
+    series = {
+        f'{decisions}{{route="auto",decision="cheap"}}': "0+3x20",
+        f'{decisions}{{route="auto",decision="strong"}}': "0+1x20",
+        f'{decisions}{{route="code",decision="strong"}}': "0+2x20",
+        'switchyard_cache_results_total{result="hit"}': "0+5x20",
+        'switchyard_cache_results_total{result="miss"}': "0+5x20",
+        'switchyard_cache_results_total{result="semantic_hit"}': "0+1x20",
+        'switchyard_cache_results_total{result="semantic_miss"}': "0+3x20",
+        lookup % "0.01": "0+2x20",
+        lookup % "0.05": "0+4x20",
+        lookup % "+Inf": "0+4x20",
+    }
+
+    def case(expr: str, samples: list[tuple[dict[str, str], float]]) -> dict[str, Any]:
+        exp = [
+            {"labels": "{" + ",".join(f'{k}="{v}"' for k, v in sorted(lab.items())) + "}", "value": v}
+            for lab, v in samples
+        ]
+        return {"expr": expr, "eval_time": "10m", "exp_samples": exp}
+
+    doc = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in series.items()],
+                "promql_expr_test": [
+                    case(
+                        share,
+                        [
+                            ({"route": "auto", "decision": "cheap"}, 0.75),
+                            ({"route": "auto", "decision": "strong"}, 0.25),
+                            ({"route": "code", "decision": "strong"}, 1.0),
+                        ],
+                    ),
+                    case(exact, [({}, 0.5)]),
+                    case(semantic, [({}, 0.25)]),
+                    case(p50, [({}, 0.01)]),  # rank 2 of 4 ends the first bucket
+                    case(f"round({p95}, 0.0001)", [({}, 0.046)]),  # 0.01 + 0.04 * (3.8 - 2) / 2
+                ],
+            }
+        ],
+    }
+    (tmp_path / "panels-test.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    r = subprocess.run(
+        [promtool(), "test", "rules", "panels-test.yml"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stdout + r.stderr

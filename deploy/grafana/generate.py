@@ -482,6 +482,30 @@ def performance() -> Any:
             ),
         ],
         unit="percentunit",
+        desc="Exact: hits over exact lookups. Semantic: hits over semantic lookups (made only after an "
+        "exact miss, on routes with semantic_cache enabled).",
+    )
+    b.panel(
+        "timeseries",
+        "Semantic cache lookup time",
+        quantiles("switchyard_semantic_lookup_seconds_bucket", ("0.5", "0.95"), R),
+        unit="s",
+        desc="Embed + vector search + verify, on routes with semantic_cache enabled (after an exact miss).",
+    )
+    b.panel(
+        "timeseries",
+        "Routing decisions by route (share)",
+        [
+            (
+                f"sum by (route, decision) (rate(switchyard_route_decisions_total{R}[{RI}]))"
+                f" / ignoring (decision) group_left"
+                f" sum by (route) (rate(switchyard_route_decisions_total{R}[{RI}]))",
+                "{{route}}: {{decision}}",
+            )
+        ],
+        unit="percentunit",
+        desc="Routes with a complexity classifier: share of requests first sent to each tier "
+        "(strong, cheap, self_hosted; unscored when no score could be computed).",
     )
     b.panel(
         "timeseries",
@@ -534,7 +558,7 @@ def performance() -> Any:
     return dashboard(
         "switchyard-performance",
         "Switchyard — Performance",
-        "Rate, errors, latency, TTFT, gateway overhead, cache and engines, "
+        "Rate, errors, latency, TTFT, gateway overhead, cache, routing and engines, "
         "from Switchyard's Prometheus metrics.",
         ["switchyard", "performance"],
         b,
