@@ -18,9 +18,10 @@ def test_every_shipped_profile_passes_vllms_argument_parser() -> None:
     jobs = {name: vllm_args(load_profile(name)) for name in shipped_profiles()}
     jobs["~bad-choice"] = ["--model", "m", "--kv-cache-dtype", "fp9"]
     jobs["~bad-flag"] = ["--model", "m", "--no-such-flag"]
-    # vLLM resolves the model on the hub only when HF_HUB_OFFLINE is set; the embedder sets it
-    # in this process, so the checker gets an environment without it (it checks arguments only).
-    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    # vLLM resolves the model on the hub only in offline mode (HF_HUB_OFFLINE, or its alias
+    # TRANSFORMERS_OFFLINE); the embedder sets both in this process, so the checker gets an
+    # environment without them (it checks arguments only).
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     proc = subprocess.run(
         [str(python), str(HELPERS / "vllm_argcheck.py")],
         input=json.dumps(jobs), capture_output=True, text=True, timeout=300, env=env,
