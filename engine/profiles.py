@@ -11,6 +11,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.config.loader import PolicyError, yaml_path
+
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 
 Quantization = Literal["awq", "awq_marlin", "fp8", "compressed-tensors", "gptq", "none"]
@@ -123,23 +125,9 @@ class Profile(_Strict):
         return json.dumps(self.speculative.to_vllm(), separators=(",", ":"))
 
 
-class ProfileError(Exception):
-    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
-        self.source = source
-        self.problems = problems
-        super().__init__(self.render())
-
-    def render(self) -> str:
-        lines = [f"{self.source}: {len(self.problems)} problem(s)"]
-        lines += [f"  {p}: {m}" if p else f"  {m}" for p, m in self.problems]
-        return "\n".join(lines)
-
-
-def _path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
+class ProfileError(PolicyError):
+    """An engine profile that cannot be used; ``problems`` lists (yaml path, message), rendered
+    like policy errors."""
 
 
 def parse_profile(data: Any, source: str = "<profile>") -> Profile:
@@ -148,7 +136,7 @@ def parse_profile(data: Any, source: str = "<profile>") -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as exc:
-        problems = [(_path(tuple(e["loc"])), e["msg"]) for e in exc.errors()]
+        problems = [(yaml_path(tuple(e["loc"])), e["msg"]) for e in exc.errors()]
         raise ProfileError(source, problems) from None
 
 
