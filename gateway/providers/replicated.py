@@ -39,12 +39,16 @@ class ReplicatedProvider:
     def __repr__(self) -> str:
         return f"ReplicatedProvider(name={self.name!r}, replicas={len(self.replicas)})"
 
-    async def _call(self, body: dict[str, Any], fn: Callable[[OpenAICompatProvider], Awaitable[T]]) -> T:
+    async def _pick(
+        self, body: dict[str, Any], fn: Callable[[OpenAICompatProvider], Awaitable[T]]
+    ) -> tuple[T, int]:
+        """Call ``fn`` on replicas in the chooser's order until one answers (an unreachable
+        replica passes the call on). The replica stays acquired: the caller releases it."""
         order = self.chooser.order(body)
         for n, i in enumerate(order):
             self.chooser.acquire(i)
             try:
-                value = await fn(self.replicas[i])
+                return await fn(self.replicas[i]), i
             except UpstreamError as exc:
                 unreachable = exc.code in UNREACHABLE
                 self.chooser.release(i, False if unreachable or _server_error(exc) else None)
@@ -54,9 +58,12 @@ class ReplicatedProvider:
             except BaseException:
                 self.chooser.release(i, None)
                 raise
-            self.chooser.release(i, True)
-            return value
         raise AssertionError("unreachable: order() returned no replica")
+
+    async def _call(self, body: dict[str, Any], fn: Callable[[OpenAICompatProvider], Awaitable[T]]) -> T:
+        value, i = await self._pick(body, fn)
+        self.chooser.release(i, True)
+        return value
 
     async def chat(self, body: dict[str, Any], target: Target, timeout: float) -> ChatResult:
         return await self._call(body, lambda p: p.chat(body, target, timeout))
@@ -70,22 +77,8 @@ class ReplicatedProvider:
     async def chat_stream(
         self, body: dict[str, Any], target: Target, timeout: float, idle_timeout: float
     ) -> ChatStream:
-        order = self.chooser.order(body)
-        for n, i in enumerate(order):
-            self.chooser.acquire(i)
-            try:
-                stream = await self.replicas[i].chat_stream(body, target, timeout, idle_timeout)
-            except UpstreamError as exc:
-                unreachable = exc.code in UNREACHABLE
-                self.chooser.release(i, False if unreachable or _server_error(exc) else None)
-                if unreachable and n + 1 < len(order):
-                    continue
-                raise
-            except BaseException:
-                self.chooser.release(i, None)
-                raise
-            return _ReleasingStream(stream, functools.partial(self.chooser.release, i))
-        raise AssertionError("unreachable: order() returned no replica")
+        stream, i = await self._pick(body, lambda p: p.chat_stream(body, target, timeout, idle_timeout))
+        return _ReleasingStream(stream, functools.partial(self.chooser.release, i))
 
     async def aclose(self) -> None:
         for p in self.replicas:
