@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from load_tests.bench_procs import MockProcess, machine_info, pin_tree
+from load_tests.bench_report import save_report
 from load_tests.loadgen import LoadSpec, Report, run_closed_loop, run_open_loop
 from load_tests.mock_upstream import new_event_loop
 from load_tests.scenarios.served import ServedGateway
@@ -269,10 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summarise(raw),
         "raw": raw,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"auto-path-{started.replace(':', '')}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=1))
-    stem.with_suffix(".md").write_text(markdown(report))
+    save_report(stem, report, markdown(report))
     print(markdown(report))
     print(f"wrote {stem}.json and .md", file=sys.stderr)
     return 0

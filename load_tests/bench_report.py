@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -133,3 +135,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["gateway"].get("error"):
         lines += ["", f"**Gateway unavailable:** {report['gateway']['error']}"]
     return "\n".join(lines) + "\n"
+
+
+def save_report(stem: Path, report: dict[str, Any], markdown: str) -> None:
+    """Write ``stem``.json and ``stem``.md (creating the folder): every benchmark's report pair."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    stem.with_suffix(".md").write_text(markdown)

@@ -23,6 +23,7 @@ from typing import Any
 
 from load_tests.auto_path import DEFAULT_OUT, prompt
 from load_tests.bench_procs import ROOT, machine_info
+from load_tests.bench_report import save_report
 
 MMLU = ROOT.parent / "shared" / "data" / "routing" / "mmlu.jsonl"
 BATCHES = (1, 4, 16, 64)
@@ -144,10 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             embed_backends.export_onnx(models["int8"])
         rows = measure(models, texts_by_set(args.n), args.threads)
     report = {"started": started, "machine": machine_info(), "n": args.n, "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"embed-bench-{started.replace(':', '')}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=1))
-    stem.with_suffix(".md").write_text(markdown(report))
+    save_report(stem, report, markdown(report))
     print(markdown(report))
     print(f"wrote {stem}.json and .md", file=sys.stderr)
     return 0

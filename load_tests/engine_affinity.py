@@ -24,6 +24,7 @@ from typing import Any
 from engine.calibration import synthetic_prompt
 from gateway.routing.engine_load import parse_vllm_metrics
 from load_tests.bench_procs import ROOT, env_with_root, free_port, stop_process, switchyard_cmd
+from load_tests.bench_report import save_report
 
 MODES = ("round_robin", "prefix_affinity")
 REPORTS = ROOT / "load_tests" / "reports"
@@ -171,10 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         "replicas": replicas, "prefixes": args.prefixes, "rounds": args.rounds,
         "concurrency": args.concurrency, "results": results,
     }  # fmt: skip
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(render(report))
+    save_report(Path(args.out), report, render(report))
     print(render(report))
     return 0
 

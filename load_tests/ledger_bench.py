@@ -42,6 +42,7 @@ from gateway.ledger.row import LedgerRow
 from gateway.ledger.schema import COLUMNS
 from gateway.ledger.store import SQLiteLedger
 from load_tests.bench_procs import machine_info
+from load_tests.bench_report import save_report
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "reports"
 DAY = 86_400.0
@@ -345,11 +346,9 @@ def main(argv: list[str] | None = None) -> int:
         del rows
         print("CPU per request", file=sys.stderr)
         report["cpu"] = bench_cpu(work)
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"ledger-bench-{started.strftime('%Y%m%dT%H%M%SZ')}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     md = render_markdown(report)
-    stem.with_suffix(".md").write_text(md)
+    save_report(stem, report, md)
     print(md)
     return 0
 

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from load_tests.bench_report import save_report
+
 ROOT = Path(__file__).resolve().parents[1]
 QQP = ROOT.parent / "shared" / "data" / "semcache" / "qqp-dev.jsonl"
 REPORTS = ROOT / "load_tests" / "reports"
@@ -284,10 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "load_tests.semcache_bench", "--memory-child", str(args.entries)]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
         report["memory"] = json.loads(out.stdout.strip().splitlines()[-1])
-    out_path = Path(args.out)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    out_path.with_suffix(".md").write_text(markdown(report))
+    save_report(Path(args.out), report, markdown(report))
     print(json.dumps(report, indent=2))
     return 0
 
