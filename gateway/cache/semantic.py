@@ -73,7 +73,7 @@ class SemanticCache:
         verifier: Verifier,
         *,
         max_entries: int = 100_000,
-        ivf_at: int = 32_768,
+        ivf_at: int = 8_192,
         candidates: int = 4,
     ) -> None:
         self.verifier = verifier

@@ -1,7 +1,8 @@
 """One faiss index per semantic-cache partition (a tenant + route + conversation context).
 
-Small partitions use an exact flat index with fp16 vectors (768 bytes an entry). When a
-partition reaches ``ivf_at`` entries it is upgraded to an IVF index, still fp16 (the
+Small partitions use an exact flat index with fp16 vectors (768 bytes an entry; a search
+reads all of them: ~0.2 ms at 4k entries, ~0.65 ms at 16k). When a partition reaches
+``ivf_at`` entries (8,192 by default) it is upgraded to an IVF index, still fp16 (the
 verifier is trained on exact cosines; 8-bit codes moved them by ~0.01), whose search cost
 is ~ nprobe/nlist of the partition: the coarse
 quantiser is trained in a background thread on a snapshot while the flat index keeps
@@ -47,7 +48,10 @@ def _train_ivf(faiss: Any, ids: npt.NDArray[np.int64], vecs: Vectors, nlist: int
     index.set_direct_map_type(faiss.DirectMap.Hashtable)
     index.train(vecs)
     index.add_with_ids(vecs, ids)
-    index.nprobe = max(8, nlist // 64)  # near-duplicates sit in the query's own cell or next to it
+    # Near-duplicates sit in the query's own cell or next to it. Measured on 16k QQP questions
+    # (3,000 queries): nprobe 16 of 505 lists changes the top-1 of 0.07% of the queries whose
+    # flat top-1 cosine is >= 0.8, at 0.16 ms a search against 0.64 ms for the flat index.
+    index.nprobe = max(16, nlist // 64)
     return index
 
 
@@ -111,7 +115,8 @@ class PartitionIndex:
 
     def _start_upgrade(self) -> None:
         ids, vecs = self._snapshot()
-        nlist = max(16, min(4096, int(4 * math.sqrt(len(ids)))))
+        # 4 sqrt(n) lists, with at least 39 training points each (faiss' own minimum)
+        nlist = max(16, min(4096, int(4 * math.sqrt(len(ids))), len(ids) // 39))
         self._snapshot_rows = int(self._index.ntotal)
         self._upgrade = self._executor.submit(_train_ivf, self._faiss, ids, vecs, nlist)
 
