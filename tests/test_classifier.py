@@ -349,3 +349,47 @@ def test_policy_simulate_shows_the_order_of_each_decision(
         "strong": ["strong-a", "strong-b", "cheap-a"],
         "cheap": ["cheap-a", "strong-a", "strong-b"],
     }
+
+
+def _cross_task_rows(n: int, seed: int) -> list[dict[str, Any]]:
+    """Hard = short arithmetic (weak fails), easy = long trivia: prompt length points the wrong way."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        a, b = (int(x) for x in rng.integers(2, 999, size=2))
+        if i % 2:
+            row = {"prompt": f"What is {a} * {b} - {a % 7}?", "weak_correct": False, "strong_correct": True}
+        else:
+            prompt = (
+                f"Name one colour that appears on the national flag of country number {a} in the old atlas."
+            )
+            row = {"prompt": prompt, "weak_correct": True, "strong_correct": True}
+        rows.append({**row, "domain": f"d{(i // 2) % 6}"})
+    return rows
+
+
+def test_train_router_cross_task_scores_unseen_tasks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], embedder: Any
+) -> None:
+    """--cross-task writes no weights; every file is scored by a router fitted on the others and
+    each file's domain groups by one fitted without them, beside the prompt-length baseline."""
+    from gateway.cli import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, seed in (("alpha", 1), ("beta", 2)):
+        (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _cross_task_rows(60, seed)))
+    args = ["train", "router", "--data", str(data), "--cross-task", "--json", "--l2", "0.001"]
+    assert main([*args, "--out", str(tmp_path / "w.json")]) == 0
+    assert not (tmp_path / "w.json").exists()
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    splits = {s["split"]: s for s in doc["splits"]}
+    assert set(splits) == {
+        "alpha (trained on the other files)", "beta (trained on the other files)",
+        "alpha: held-out domains, 5 folds pooled", "beta: held-out domains, 5 folds pooled",
+    }  # fmt: skip
+    for s in splits.values():
+        assert s["n"] == 60
+        # the router generalises (its length prior costs it a little here); length alone misleads
+        assert s["apgr"] > 0.7 and s["length_apgr"] < 0.5, s
+    assert splits["alpha: held-out domains, 5 folds pooled"]["fold_apgr_mean"] > 0.7
