@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gateway.cache.embed_backends import MAX_TOKENS, EncodeFn, _model_dir, _normalise, _offline
+from gateway.cache.embed_backends import MAX_TOKENS, EncodeFn, _model_dir, _normalise, _offline, model_folder
 
 DIMS = 384  # kept equal to the transformer's (the Embedder assumes 384); PCA still rotates
 STATIC_VERSION = "1"  # bump when the recipe changes: a new file name, never a stale one
@@ -78,12 +78,7 @@ def static_path(home: Path) -> Path:
     model = _model_dir()
     sizes = f"{(model / 'model.safetensors').stat().st_size}:{(model / 'tokenizer.json').stat().st_size}"
     digest = hashlib.sha256(f"{sizes}:{STATIC_VERSION}:{DIMS}".encode()).hexdigest()[:12]
-    folder = (
-        Path(os.environ["SWITCHYARD_MODEL_DIR"])
-        if os.environ.get("SWITCHYARD_MODEL_DIR")
-        else home / "models"
-    )
-    return folder / f"all-minilm-l6-v2-static{DIMS}-{digest}.npy"
+    return model_folder(home) / f"all-minilm-l6-v2-static{DIMS}-{digest}.npy"
 
 
 def token_outputs(pooling: str = "mean") -> F32:

@@ -53,7 +53,7 @@ import numpy.typing as npt  # noqa: E402
 
 from gateway.routing.evaluation import router_metrics  # noqa: E402
 from gateway.routing.train import Example, correctness, feature_table, fit_router, group_folds  # noqa: E402
-from gateway.routing.trainer import ALPHA, FOLDS, L2_GRID, LENGTH_PRIOR, read_examples  # noqa: E402
+from gateway.routing.trainer import ALPHA, FOLDS, L2_GRID, LENGTH_PRIOR, grouped_cv, read_examples  # noqa: E402
 from load_tests.auto_path import DEFAULT_OUT, prompt  # noqa: E402
 from load_tests.bench_procs import ROOT, machine_info  # noqa: E402
 from load_tests.bench_report import save_report  # noqa: E402
@@ -273,13 +273,7 @@ def choose_l2(emb: F32, feats: F64, weak: F64, strong: F64, groups: list[str]) -
     folds = group_folds(groups, FOLDS, 0)
     best: tuple[float, float, float] | None = None
     for lam in L2_GRID:
-        oof = np.zeros(len(weak))
-        per_fold = []
-        for idx in folds:
-            train = np.setdiff1d(np.arange(len(weak)), idx)
-            model = fit_router(emb[train], feats[train], weak[train], strong[train], lam, ALPHA, LENGTH_PRIOR)
-            oof[idx] = model.scores(emb[idx], feats[idx])
-            per_fold.append(router_metrics(oof[idx], weak[idx], strong[idx]).apgr)
+        oof, per_fold = grouped_cv(emb, feats, weak, strong, folds, lam)
         mean = float(np.mean(per_fold))
         if best is None or mean > best[0]:
             best = (mean, lam, router_metrics(oof, weak, strong).apgr)

@@ -78,16 +78,18 @@ def load_torch() -> EncodeFn:
     return encode
 
 
+def model_folder(home: Path) -> Path:
+    """Where models made at first use are cached: ``$SWITCHYARD_MODEL_DIR`` if set, else
+    ``<home>/models``."""
+    custom = os.environ.get("SWITCHYARD_MODEL_DIR")
+    return Path(custom) if custom else home / "models"
+
+
 def onnx_path(home: Path) -> Path:
-    """Where the export is cached: ``$SWITCHYARD_MODEL_DIR`` if set, else ``<home>/models``."""
+    """Where the export is cached (``model_folder``)."""
     weights = _model_dir() / "model.safetensors"
     digest = hashlib.sha256(f"{weights.stat().st_size}:{EXPORT_VERSION}".encode()).hexdigest()[:12]
-    folder = (
-        Path(os.environ["SWITCHYARD_MODEL_DIR"])
-        if os.environ.get("SWITCHYARD_MODEL_DIR")
-        else home / "models"
-    )
-    return folder / f"all-minilm-l6-v2-int8-{digest}.onnx"
+    return model_folder(home) / f"all-minilm-l6-v2-int8-{digest}.onnx"
 
 
 def export_onnx(target: Path, keep_fp32: Path | None = None) -> Path:

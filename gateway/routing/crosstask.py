@@ -22,11 +22,9 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.routing.evaluation import router_metrics
-from gateway.routing.train import LOG_CHARS, fit_router, group_folds
+from gateway.routing.train import F32, F64, LOG_CHARS, fit_router, group_folds
 
 FOLDS = 5
-F32 = npt.NDArray[np.float32]
-F64 = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)

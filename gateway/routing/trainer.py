@@ -56,6 +56,27 @@ def read_examples(files: list[Path]) -> list[Example]:
     return out
 
 
+def grouped_cv(
+    emb: npt.NDArray[np.float32],
+    feats: npt.NDArray[np.float64],
+    weak: npt.NDArray[np.float64],
+    strong: npt.NDArray[np.float64],
+    folds: list[npt.NDArray[np.int64]],
+    l2: float,
+    alpha: float = ALPHA,
+    length_prior: float = LENGTH_PRIOR,
+) -> tuple[npt.NDArray[np.float64], list[float]]:
+    """Out-of-fold scores (each fold scored by a router fitted on the others) and each fold's APGR."""
+    oof = np.zeros(len(weak))
+    fold_apgr = []
+    for idx in folds:
+        train = np.setdiff1d(np.arange(len(weak)), idx)
+        model = fit_router(emb[train], feats[train], weak[train], strong[train], l2, alpha, length_prior)
+        oof[idx] = model.scores(emb[idx], feats[idx])
+        fold_apgr.append(router_metrics(oof[idx], weak[idx], strong[idx]).apgr)
+    return oof, fold_apgr
+
+
 def train_router(
     files: list[Path],
     encode: EncodeFn,
@@ -78,13 +99,7 @@ def train_router(
     cv: dict[str, Any] = {}
     best: tuple[float, float, npt.NDArray[np.float64]] | None = None
     for lam in (l2,) if l2 is not None else L2_GRID:
-        oof = np.zeros(len(weak))
-        fold_apgr = []
-        for idx in folds:
-            train = np.setdiff1d(np.arange(len(weak)), idx)
-            model = fit_router(emb[train], feats[train], weak[train], strong[train], lam, alpha, length_prior)
-            oof[idx] = model.scores(emb[idx], feats[idx])
-            fold_apgr.append(router_metrics(oof[idx], weak[idx], strong[idx]).apgr)
+        oof, fold_apgr = grouped_cv(emb, feats, weak, strong, folds, lam, alpha, length_prior)
         mean = float(np.mean(fold_apgr))
         cv[f"{lam:g}"] = round(mean, 4)
         log(f"  l2={lam:g}: held-out-group APGR per fold {[round(a, 3) for a in fold_apgr]} mean {mean:.4f}")
