@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import hmac
-
-from starlette.datastructures import Headers
+from collections.abc import Mapping
 
 from gateway.config.policy import Policy
 from gateway.config.settings import Secret
@@ -13,7 +12,7 @@ from gateway.core.types import Principal
 from gateway.limits.keys import KeyCache, store_errors
 
 
-def presented_key(headers: Headers) -> str | None:
+def presented_key(headers: Mapping[str, str]) -> str | None:
     auth = headers.get("authorization")
     if auth:
         scheme, _, value = auth.partition(" ")
@@ -23,7 +22,7 @@ def presented_key(headers: Headers) -> str | None:
     return headers.get("x-api-key") or None
 
 
-def authenticate(headers: Headers, policy: Policy, keys: KeyCache) -> Principal:
+def authenticate(headers: Mapping[str, str], policy: Policy, keys: KeyCache) -> Principal:
     if policy.server.auth == "none":
         return _principal("anonymous", None, policy)
     key = presented_key(headers)
@@ -47,7 +46,7 @@ def _principal(tenant: str, key_id: str | None, policy: Policy) -> Principal:
     return Principal(tenant=tenant, key_id=key_id, allowed_models=policy.allowed_models(tenant))
 
 
-def require_admin(headers: Headers, admin_key: Secret | None) -> None:
+def require_admin(headers: Mapping[str, str], admin_key: Secret | None) -> None:
     if admin_key is None:
         raise PermissionDeniedError(
             "Admin API disabled: set SWITCHYARD_ADMIN_KEY to enable it", code="admin_disabled"

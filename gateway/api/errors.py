@@ -13,6 +13,12 @@ from starlette.responses import Response
 from gateway.core.errors import SwitchyardError
 
 log = logging.getLogger("switchyard")
+REQUEST_ID = "switchyard.request_id"  # ASGI scope key (cheaper than starlette's request.state)
+
+
+def request_id_of(request: Request) -> str | None:
+    rid = request.scope.get(REQUEST_ID)
+    return rid if isinstance(rid, str) else None
 
 
 def error_response(exc: SwitchyardError, request_id: str | None = None) -> Response:
@@ -34,7 +40,7 @@ def _http_error(status: int, message: str, code: str | None) -> Response:
 
 def internal_error_response(request: Request, exc: Exception) -> Response:
     """A bug: log it (redacted by the log filter) and tell the client no more than an id."""
-    request_id = getattr(request.state, "request_id", None)
+    request_id = request_id_of(request)
     log.error("unhandled error in %s (request %s)", request.url.path, request_id, exc_info=exc)
     return _http_error(500, f"Internal gateway error (request id {request_id})", "internal_error")
 
@@ -42,7 +48,7 @@ def internal_error_response(request: Request, exc: Exception) -> Response:
 def install_error_handlers(app: FastAPI) -> None:
     async def on_switchyard(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, SwitchyardError)
-        return error_response(exc, getattr(request.state, "request_id", None))
+        return error_response(exc, request_id_of(request))
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.api.errors import error_response, internal_error_response
+from gateway.api.errors import error_response, internal_error_response, request_id_of
 from gateway.core.errors import SwitchyardError
 
 log = logging.getLogger("switchyard")
@@ -42,7 +42,7 @@ class FastPath:
                 try:
                     response = await handler(request)
                 except SwitchyardError as exc:
-                    response = error_response(exc, getattr(request.state, "request_id", None))
+                    response = error_response(exc, request_id_of(request))
                 except Exception as exc:
                     response = internal_error_response(request, exc)
                 await response(scope, receive, send)

@@ -39,6 +39,7 @@ class AdmissionGate:
         self.in_flight = 0
         self.shed = 0
         self._body = shed_body()
+        self._sy: Any = None
 
     @property
     def state(self) -> Any:
@@ -46,9 +47,11 @@ class AdmissionGate:
 
     def _limits(self) -> tuple[int | None, int, Any]:
         """(max in flight or None for no limit, Retry-After seconds, metrics or None)."""
-        sy = getattr(self._owner.state, "sy", None)
-        if sy is None:
-            return None, 1, None
+        sy = self._sy
+        if sy is None:  # set once at start-up and never replaced: look it up until it is there
+            sy = self._sy = getattr(self._owner.state, "sy", None)
+            if sy is None:
+                return None, 1, None
         server = sy.pipeline.runtime.policy.server
         return server.max_in_flight, server.overload_retry_after_s, sy.metrics
 

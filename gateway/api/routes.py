@@ -13,7 +13,7 @@ from starlette.responses import Response
 from gateway.api import admin
 from gateway.api.auth import require_admin
 from gateway.api.sse import SSEResponse
-from gateway.api.state import AppState
+from gateway.api.state import AppState, wanted_headers
 from gateway.api.wire import (
     ERROR_RESPONSES,
     ChatCompletionRequest,
@@ -36,8 +36,7 @@ def _state(request: Request) -> AppState:
     return state
 
 
-async def _json_body(request: Request, limit: int) -> Any:
-    length = request.headers.get("content-length")
+async def _json_body(request: Request, limit: int, length: str | None) -> Any:
     if length is not None and length.isdigit() and int(length) > limit:
         raise PayloadTooLargeError(f"Request body of {length} bytes is over the limit of {limit} bytes")
     if length is not None and length.isdigit():
@@ -73,8 +72,11 @@ async def _admitted(
 ) -> tuple[AppState, RequestContext, dict[str, Any]]:
     """Authenticate, read the body within the size limit, validate it against ``wire``."""
     state = _state(request)
-    ctx = state.context(request)
-    data = await _json_body(request, state.pipeline.runtime.policy.server.max_body_bytes)
+    headers = wanted_headers(request.scope)
+    ctx = state.context(request, headers)
+    data = await _json_body(
+        request, state.pipeline.runtime.policy.server.max_body_bytes, headers.get("content-length")
+    )
     validate(wire, data)
     return state, ctx, data
 
@@ -110,7 +112,7 @@ async def embeddings(request: Request) -> Response:
 @router.get("/v1/models", responses=ERROR_RESPONSES)
 async def list_models(request: Request) -> Response:
     state = _state(request)
-    ctx = state.context(request)
+    ctx = state.context(request, wanted_headers(request.scope))
     created = int(time.time())
     data = [
         {"id": name, "object": "model", "created": created, "owned_by": owner}

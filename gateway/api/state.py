@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.api.auth import authenticate
+from gateway.api.errors import REQUEST_ID
 from gateway.config.loader import PolicyError, load_policy
 from gateway.config.settings import Settings
 from gateway.core.types import RequestContext
@@ -37,6 +38,21 @@ def _file_stamp(path: Path) -> tuple[int, int, int] | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
+WANTED = (b"authorization", b"x-api-key", b"cache-control", b"content-length")
+
+
+def wanted_headers(scope: Mapping[str, Any]) -> dict[str, str]:
+    """The request headers the API reads, in one pass over the raw ASGI list (names arrive
+    lower-cased; the first of repeated ones wins, as in starlette's ``Headers.get``).
+    starlette's ``Headers.get`` scans the list and raises KeyError inside for each absent
+    name: ~10% of a cache miss's CPU before this."""
+    out: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        if name in WANTED:
+            out.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+    return out
+
+
 @dataclass(slots=True)
 class AppState:
     settings: Settings
@@ -49,15 +65,15 @@ class AppState:
     id_prefix: str = field(default_factory=lambda: os.urandom(6).hex())
     counter: int = 0
 
-    def context(self, request: Request) -> RequestContext:
-        """Authenticate and stamp the request (id, arrival time)."""
+    def context(self, request: Request, headers: Mapping[str, str]) -> RequestContext:
+        """Authenticate and stamp the request (id, arrival time); ``headers``: ``wanted_headers``."""
         started = time.perf_counter()
         self.counter += 1
         request_id = f"req_{self.id_prefix}{self.counter:010x}"
-        request.state.request_id = request_id
-        principal = authenticate(request.headers, self.pipeline.runtime.policy, self.keys)
+        request.scope[REQUEST_ID] = request_id
+        principal = authenticate(headers, self.pipeline.runtime.policy, self.keys)
         ctx = RequestContext(request_id, principal, started, time.time())
-        cc = request.headers.get("cache-control")
+        cc = headers.get("cache-control")
         if cc and ("no-cache" in cc or "no-store" in cc):
             ctx.cache_control_no_cache = True
         return ctx
