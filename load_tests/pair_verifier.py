@@ -17,14 +17,10 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import logging
 import math
-import os
 import random
-import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,37 +160,7 @@ def onnx_path(home: Path, weights: PairWeights) -> Path:
 
 def export_onnx(weights: PairWeights, target: Path) -> Path:
     """Merge, export and quantise (int8 dynamic, per channel) into ``target`` (atomic)."""
-    torch: Any = importlib.import_module("torch")
-    torch.set_num_threads(1)
-    quant: Any = importlib.import_module("onnxruntime.quantization")
-    model = merged_model(weights)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    ids = torch.ones((2, 8), dtype=torch.long)
-    dyn = {0: "batch", 1: "seq"}
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        fp32 = Path(tmp) / "fp32.onnx"
-        with torch.inference_mode(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # TorchScript exporter deprecation/tracer notes
-            torch.onnx.export(
-                model, (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(fp32),
-                input_names=["input_ids", "attention_mask", "token_type_ids"],
-                output_names=["logit"],
-                dynamic_axes={"input_ids": dyn, "attention_mask": dyn, "token_type_ids": dyn,
-                              "logit": {0: "batch"}},
-                opset_version=17, dynamo=False,
-            )  # fmt: skip
-        out = Path(tmp) / "int8.onnx"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            logging.disable(logging.WARNING)
-            try:
-                quant.quantize_dynamic(
-                    str(fp32), str(out), weight_type=quant.QuantType.QInt8, per_channel=True
-                )
-            finally:
-                logging.disable(logging.NOTSET)
-        os.replace(out, target)
-    return target
+    return embed_backends.export_int8(merged_model(weights), target, "logit", {0: "batch"})
 
 
 class PairEncoder:

