@@ -96,7 +96,7 @@ def _plot(
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from gateway.cache.embedder import load_embedder
-    from gateway.cache.verifier import load_verifier
+    from gateway.cache.verifier import analyse, load_verifier
     from gateway.cache.verifier_train import read_pairs
 
     pairs = read_pairs(Path(args.pairs), args.split)
@@ -125,6 +125,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
             f"default: hit rate {default['hit_rate']:.3f}  precision {default['precision']:.3f}"
             f"  recall {default['recall']:.3f}"
         )
+        same = [y for a, b, y in pairs if analyse(a).words == analyse(b).words]
+        if same:  # the labels' own ceiling: these are hits at any setting
+            print(
+                f"label check: {len(same)} pairs have identical words (case, spacing, punctuation"
+                f" aside); {1 - sum(same) / len(same):.1%} of them are labelled 'not the same'"
+            )
         print("\nverifier score >= t            cosine only >= t")
         print(" t     hit    prec   recall     t     hit    prec   recall")
         for i in range(max(len(curve), len(cosine_curve))):

@@ -43,6 +43,7 @@ def test_eval_prints_the_curve(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["eval", "semcache", "--pairs", str(pairs)]) == 0
     out = capsys.readouterr().out
     assert "default: hit rate" in out and "cosine only" in out
+    assert "label check: 1 pairs have identical words" in out and "0.0% of them" in out
     assert len([line for line in out.splitlines() if line.startswith("0.")]) >= 19
 
 
