@@ -139,3 +139,32 @@ class UpstreamRateLimitedError(UpstreamError):
     status = 429
     type = "rate_limit_error"
     code = "upstream_rate_limited"
+
+
+class OverloadedError(SwitchyardError):
+    """The gateway is at its in-flight bound (``server.max_in_flight``): shed at once."""
+
+    status = 503
+    type = "server_error"
+    code = "overloaded"
+    retryable = True
+
+
+class UnknownPathError(SwitchyardError):
+    status = 404
+    type = "invalid_request_error"
+    code = "unknown_url"
+
+
+class MethodNotAllowedError(SwitchyardError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class InternalError(SwitchyardError):
+    """A bug inside the gateway: the client learns no more than the request id."""
+
+    status = 500
+    type = "server_error"
+    code = "internal_error"
