@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from gateway.config.settings import Settings
-from gateway.ledger.query import LedgerUnavailable
+from gateway.ledger.query import LedgerUnavailable, spent_since
 from gateway.ledger.report import (
     BUCKETS,
     GROUP_BY_CHOICES,
@@ -31,7 +31,6 @@ from gateway.ledger.report import (
     savings_by_cause,
     spend,
     spend_series,
-    spent_since,
     to_csv,
     to_json,
 )

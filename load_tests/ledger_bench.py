@@ -35,9 +35,11 @@ from typing import Any
 
 from gateway.core.types import Price, Target, Usage
 from gateway.ledger.meter import savings_cause
-from gateway.ledger.postgres import PostgresLedger, pg_connect, pg_migrate
+from gateway.ledger.pg import pg_connect
+from gateway.ledger.postgres import PostgresLedger, pg_migrate
 from gateway.ledger.pricing import cost_of
-from gateway.ledger.report import savings_by_cause, spend, spend_series, spent_since
+from gateway.ledger.query import spent_since
+from gateway.ledger.report import savings_by_cause, spend, spend_series
 from gateway.ledger.row import LedgerRow
 from gateway.ledger.schema import COLUMNS
 from gateway.ledger.store import SQLiteLedger

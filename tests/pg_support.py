@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from gateway.ledger.postgres import pg_connect
+from gateway.ledger.pg import pg_connect
 from tests.conftest import service_unavailable
 
 PG = os.environ.get("SWITCHYARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 
-from gateway.ledger.postgres import pg_connect
+from gateway.ledger.pg import pg_connect
 from load_tests.mock_upstream import MockUpstream
 from tests.durability_load import Load, gateway_process
 from tests.pg_outage import CuttableProxy, PrivateCluster

@@ -21,7 +21,7 @@ import httpx2 as httpx
 import pytest
 
 from gateway.config.settings import Settings
-from gateway.ledger.postgres import pg_connect
+from gateway.ledger.pg import pg_connect
 from gateway.limits.keys import KeyCache, KeyLimits, KeyStore, hash_key, open_key_store
 from gateway.limits.keys_pg import PostgresKeyStore
 from load_tests.mock_upstream import MockUpstream

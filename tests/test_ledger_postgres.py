@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.ledger.postgres import PostgresLedger, pg_connect
-from gateway.ledger.query import LedgerUnavailable
-from gateway.ledger.report import savings_by_cause, spend, spend_series, spent_by, spent_since, to_csv
+from gateway.ledger.pg import pg_connect
+from gateway.ledger.postgres import PostgresLedger
+from gateway.ledger.query import LedgerUnavailable, spent_by, spent_since
+from gateway.ledger.report import savings_by_cause, spend, spend_series, to_csv
 from gateway.ledger.row import LedgerRow
 from gateway.ledger.store import SQLiteLedger
 from tests.pg_support import scratch_schema

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from gateway.ledger.open import open_ledger
 from gateway.ledger.postgres import PostgresLedger
 from gateway.ledger.row import LedgerRow
 from gateway.ledger.sqlite import TABLE, ledger_path, read_rows
-from gateway.ledger.store import SQLiteLedger, open_ledger
+from gateway.ledger.store import SQLiteLedger
 
 REPO = Path(__file__).resolve().parents[1]
 

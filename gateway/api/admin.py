@@ -23,7 +23,7 @@ from starlette.responses import Response
 from gateway.api.state import AppState
 from gateway.config.settings import Secret
 from gateway.core.errors import AuthenticationError, BadRequestError, NotFoundError, PermissionDeniedError
-from gateway.ledger import report
+from gateway.ledger import query, report
 from gateway.ledger.report import parse_since
 from gateway.ledger.tokens import count_prompt_tokens
 from gateway.limits.gate import Limits, prompt_token_bound
@@ -278,7 +278,7 @@ async def start(app: FastAPI, state: AppState) -> None:
 
     def spent(scope: str, since_ts: float) -> dict[str, Decimal]:
         try:
-            return report.spent_since(ledger_url, scope, since_ts)
+            return query.spent_since(ledger_url, scope, since_ts)
         except Exception:
             log.exception("could not read spend from the ledger to seed the budgets")
             return {}

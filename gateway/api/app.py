@@ -20,7 +20,7 @@ from gateway.api.state import AppState
 from gateway.cache.semantic_layer import SemanticLayer
 from gateway.config.loader import load_policy
 from gateway.config.settings import Settings
-from gateway.ledger.store import open_ledger
+from gateway.ledger.open import open_ledger
 from gateway.limits.keys import KeyCache, open_key_store
 from gateway.pipeline import Pipeline
 from gateway.runtime import build_runtime, close_parts

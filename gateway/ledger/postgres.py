@@ -22,6 +22,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from gateway.ledger.pg import pg_connect
+from gateway.ledger.query import spent_since
 from gateway.ledger.schema import (
     COLUMNS,
     MIGRATIONS_TABLE_SQL,
@@ -41,15 +43,6 @@ _SELECT_OUTBOX: Final = f"SELECT {', '.join(COLUMNS)} FROM {TABLE} ORDER BY id L
 _DELETE_OUTBOX: Final = f"DELETE FROM {TABLE} WHERE request_id = ?"
 _MONEY: Final = (COLUMNS.index("cost_usd"), COLUMNS.index("baseline_cost_usd"))
 _MIGRATION_LOCK: Final = 0x5357_4C44  # pg_advisory_xact_lock key: one migrator at a time
-
-
-def pg_connect(url: str, timeout: float = 5.0) -> psycopg.Connection[Any]:
-    """A psycopg connection (imported lazily: ``pip install 'switchyard[postgres]'``)."""
-    try:
-        import psycopg
-    except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise RuntimeError("the PostgreSQL ledger needs psycopg: pip install 'switchyard[postgres]'") from exc
-    return psycopg.connect(url, connect_timeout=max(1, int(timeout)), application_name="switchyard")
 
 
 def pg_migrate(conn: psycopg.Connection[Any]) -> int:
@@ -133,8 +126,6 @@ class PostgresLedger(SQLiteLedger):
     def spent_since(self, scope: str, since_ts: float) -> dict[str, Decimal]:
         """PostgreSQL plus the rows still waiting in the outbox (a row being shipped at this
         very moment may count twice: budgets err on the safe side)."""
-        from gateway.ledger.report import spent_since
-
         total = spent_since(self.url, scope, since_ts)
         for name, usd in spent_since(self.path, scope, since_ts).items():
             total[name] = total.get(name, Decimal(0)) + usd

@@ -16,11 +16,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from gateway.ledger.pg import pg_connect
 from gateway.ledger.pricing import quantize_usd
 from gateway.ledger.schema import SCHEMA_VERSION, TABLE
 from gateway.ledger.sqlite import BUSY_TIMEOUT_MS, is_postgres_url, ledger_path, migrate
 
 Dialect = Literal["sqlite", "postgres"]
+Scope = Literal["key", "tenant", "route"]
 ZERO: Final = Decimal("0E-10")
 CACHE_LABEL: Final = "(cache)"  # cache hits have no served model/provider
 GROUP_SQL: Final[dict[str, str]] = {
@@ -142,8 +144,6 @@ def open_db(url: str | Path) -> Iterator[LedgerDb | None]:
     """A ``LedgerDb`` for ``url`` (SQLite path/URL or postgresql://), or None when the ledger
     does not exist yet (a report never creates one)."""
     if is_postgres_url(url):
-        from gateway.ledger.postgres import pg_connect
-
         try:
             pg = pg_connect(str(url).strip())
         except Exception as exc:  # psycopg.Error, or psycopg missing
@@ -167,3 +167,32 @@ def open_db(url: str | Path) -> Iterator[LedgerDb | None]:
         yield LedgerDb("sqlite", conn) if _sqlite_ready(conn) else None
     finally:
         conn.close()
+
+
+def _check_scope(scope: str) -> str:
+    if scope not in SCOPE_COLUMN:
+        raise ValueError(f"bad scope {scope!r}: expected one of {', '.join(SCOPE_COLUMN)}")
+    return SCOPE_COLUMN[scope]
+
+
+def spent_since(url: str | Path, scope: str, since_ts: float) -> dict[str, Decimal]:
+    """USD spent per key/tenant/route name since ``since_ts`` (seeds the budgets)."""
+    column = _check_scope(scope)
+    with open_db(url) as db:
+        if db is None:
+            return {}
+        grouped = db.group_sql(scope)  # the same column, planner-friendly on SQLite
+        sql = f"SELECT {grouped}, SUM({db.cost}) FROM {TABLE} WHERE ts >= ? AND {column} IS NOT NULL"
+        sql += " GROUP BY 1"
+        return {str(r[0]): db.money(r[1]) for r in db.rows(sql, (since_ts,))}
+
+
+def spent_by(url: str | Path, scope: Scope, name: str, since_ts: float) -> Decimal:
+    """USD spent by one key/tenant/route since ``since_ts``."""
+    column = _check_scope(scope)
+    with open_db(url) as db:
+        if db is None:
+            return ZERO
+        sql = f"SELECT SUM({db.cost}) FROM {TABLE} WHERE {column} = ? AND ts >= ?"
+        found = db.rows(sql, (name, since_ts))
+        return db.money(found[0][0] if found else None)

@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
-from gateway.ledger.query import SCOPE_COLUMN, ZERO, LedgerDb, Window, open_db
+from gateway.ledger.query import ZERO, LedgerDb, Window, open_db
 
 GroupBy = Literal["model", "route", "tenant", "provider", "key"]
 GROUP_BY_CHOICES: Final[tuple[str, ...]] = get_args(GroupBy)
@@ -24,7 +24,6 @@ Group = Literal["model", "route", "tenant", "provider", "key", "cause", "none"]
 GROUPS: Final[tuple[str, ...]] = get_args(Group)
 Bucket = Literal["hour", "day", "month", "none"]
 BUCKETS: Final[tuple[str, ...]] = get_args(Bucket)
-Scope = Literal["key", "tenant", "route"]
 NONE_LABEL: Final = "(none)"
 _SINCE_RE: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
 _UNIT_SECONDS: Final[dict[str, int]] = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -166,31 +165,6 @@ def savings_by_cause(
     rows = spend_series(url, "cause", bucket, since_seconds, now=now, until=until, tenant=tenant)
     keep = ("bucket", "requests", "cost_usd", "baseline_cost_usd", "savings_usd")
     return [{"cause": r["group"], **{k: r[k] for k in keep}} for r in rows]
-
-
-def spent_since(url: str | Path, scope: str, since_ts: float) -> dict[str, Decimal]:
-    """USD spent per key/tenant/route name since ``since_ts`` (seeds the budgets)."""
-    _check(scope, tuple(SCOPE_COLUMN), "scope")
-    column = SCOPE_COLUMN[scope]
-    with open_db(url) as db:
-        if db is None:
-            return {}
-        grouped = db.group_sql(scope)  # the same column, planner-friendly on SQLite
-        sql = f"SELECT {grouped}, SUM({db.cost}) FROM ledger WHERE ts >= ? AND {column} IS NOT NULL"
-        sql += " GROUP BY 1"
-        return {str(r[0]): db.money(r[1]) for r in db.rows(sql, (since_ts,))}
-
-
-def spent_by(url: str | Path, scope: Scope, name: str, since_ts: float) -> Decimal:
-    """USD spent by one key/tenant/route since ``since_ts``."""
-    _check(scope, tuple(SCOPE_COLUMN), "scope")
-    column = SCOPE_COLUMN[scope]
-    with open_db(url) as db:
-        if db is None:
-            return _ZERO
-        sql = f"SELECT SUM({db.cost}) FROM ledger WHERE {column} = ? AND ts >= ?"
-        found = db.rows(sql, (name, since_ts))
-        return db.money(found[0][0] if found else None)
 
 
 def to_csv(rows: Sequence[dict[str, Any]]) -> str:

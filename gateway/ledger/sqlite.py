@@ -33,7 +33,7 @@ T = TypeVar("T")
 
 def ledger_path(url: str | Path) -> Path:
     """The SQLite file named by ``url``: ``sqlite:///abs/path``, ``sqlite:///rel`` or a plain
-    path. A ``postgresql://`` URL is not a file: ValueError (see ``store.open_ledger``)."""
+    path. A ``postgresql://`` URL is not a file: ValueError (see ``open.open_ledger``)."""
     if isinstance(url, Path):
         return url
     text = url.strip()

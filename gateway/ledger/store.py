@@ -32,6 +32,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from gateway.ledger.query import spent_since
 from gateway.ledger.row import LedgerRow
 from gateway.ledger.sqlite import (
     BUSY_TIMEOUT_MS,
@@ -41,7 +42,6 @@ from gateway.ledger.sqlite import (
     TABLE,
     connect,
     is_locked_error,
-    is_postgres_url,
     ledger_path,
     migrate,
     row_from_db,
@@ -55,7 +55,6 @@ __all__ = [
     "TABLE",
     "SQLiteLedger",
     "ledger_path",
-    "open_ledger",
     "row_from_db",
 ]
 
@@ -215,8 +214,6 @@ class SQLiteLedger:
     def spent_since(self, scope: str, since_ts: float) -> dict[str, Decimal]:
         """USD spent per key/tenant/route name since ``since_ts``, over committed rows (for
         seeding budgets at start-up; blocking: call it off the event loop)."""
-        from gateway.ledger.report import spent_since
-
         return spent_since(self.path, scope, since_ts)
 
     def dropped(self) -> int:
@@ -386,34 +383,3 @@ class NullLedger(SQLiteLedger):
 
     def spent_since(self, scope: str, since_ts: float) -> dict[str, Decimal]:
         return {}
-
-
-def open_ledger(
-    url: str,
-    *,
-    home: Path | None = None,
-    batch_size: int = 256,
-    flush_interval: float = 0.05,
-    max_pending: int = 1_000_000,
-) -> SQLiteLedger:
-    """A (not yet started) ledger for ``url``: ``sqlite:///<path>``, a plain path, or
-    ``postgresql://...`` (then the local outbox is ``<home>/ledger-outbox.db``; ``home``
-    defaults to ``$SWITCHYARD_HOME`` or ``~/.switchyard``). ``none``: a ``NullLedger``."""
-    if url.strip() == "none":
-        return NullLedger()
-    if is_postgres_url(url):
-        from gateway.ledger.postgres import PostgresLedger, outbox_path_for
-
-        if home is None:
-            env_home = os.environ.get("SWITCHYARD_HOME")
-            home = Path(env_home).expanduser() if env_home else Path.home() / ".switchyard"
-        return PostgresLedger(
-            url.strip(),
-            outbox_path_for(home),
-            batch_size=batch_size,
-            flush_interval=flush_interval,
-            max_pending=max_pending,
-        )
-    return SQLiteLedger(
-        ledger_path(url), batch_size=batch_size, flush_interval=flush_interval, max_pending=max_pending
-    )

@@ -1,0 +1,42 @@
+"""The ledger factory: a ledger URL -> the SQLite store, the PostgreSQL store (with its local
+outbox) or the ``NullLedger``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gateway.ledger.postgres import PostgresLedger, outbox_path_for
+from gateway.ledger.sqlite import is_postgres_url, ledger_path
+from gateway.ledger.store import NullLedger, SQLiteLedger
+
+__all__ = ["open_ledger"]
+
+
+def open_ledger(
+    url: str,
+    *,
+    home: Path | None = None,
+    batch_size: int = 256,
+    flush_interval: float = 0.05,
+    max_pending: int = 1_000_000,
+) -> SQLiteLedger:
+    """A (not yet started) ledger for ``url``: ``sqlite:///<path>``, a plain path, or
+    ``postgresql://...`` (then the local outbox is ``<home>/ledger-outbox.db``; ``home``
+    defaults to ``$SWITCHYARD_HOME`` or ``~/.switchyard``). ``none``: a ``NullLedger``."""
+    if url.strip() == "none":
+        return NullLedger()
+    if is_postgres_url(url):
+        if home is None:
+            env_home = os.environ.get("SWITCHYARD_HOME")
+            home = Path(env_home).expanduser() if env_home else Path.home() / ".switchyard"
+        return PostgresLedger(
+            url.strip(),
+            outbox_path_for(home),
+            batch_size=batch_size,
+            flush_interval=flush_interval,
+            max_pending=max_pending,
+        )
+    return SQLiteLedger(
+        ledger_path(url), batch_size=batch_size, flush_interval=flush_interval, max_pending=max_pending
+    )
