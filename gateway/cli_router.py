@@ -158,7 +158,7 @@ def _data_files(specs: list[str]) -> list[Path]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from gateway.routing.trainer import train_router
+    from gateway.lab.router_train import train_router
 
     try:
         files = _data_files(args.data)
@@ -200,10 +200,10 @@ def _cross_task(args: argparse.Namespace, files: list[Path], embedders: list[Emb
     """Score each task / group of domains with a router fitted without it (writes no weights)."""
     from dataclasses import asdict
 
+    from gateway.lab.router_crosstask import cross_task, table
+    from gateway.lab.router_fit import correctness, feature_table
+    from gateway.lab.router_train import ALPHA, LENGTH_PRIOR, read_examples
     from gateway.routing.classifier import SHIPPED_WEIGHTS
-    from gateway.routing.crosstask import cross_task, table
-    from gateway.routing.train import correctness, feature_table
-    from gateway.routing.trainer import ALPHA, LENGTH_PRIOR, read_examples
 
     try:
         examples = read_examples(files)
@@ -235,9 +235,9 @@ def _cross_task(args: argparse.Namespace, files: list[Path], embedders: list[Emb
 def cmd_eval(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from gateway.lab.router_eval import DEFAULT_OUTPUT_TOKENS, EvalData, evaluate, render_text
     from gateway.ledger.tokens import count_text
     from gateway.routing.classifier import ClassifierError, ComplexityClassifier
-    from gateway.routing.evalreport import DEFAULT_OUTPUT_TOKENS, EvalData, evaluate, render_text
 
     try:
         rows = read_jsonl(Path(args.data), ("prompt", "weak_correct", "strong_correct"))
@@ -285,7 +285,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     report = evaluate(scores, data, prices)
     curves = report.pop("_curves")
     if args.plot:
-        from gateway.routing.plot import plot_cost_quality
+        from gateway.lab.router_plot import plot_cost_quality
 
         plot_cost_quality(curves, report, Path(args.plot))
     if args.json:
@@ -307,7 +307,7 @@ def _read_scores(path: Path, n: int) -> list[dict[str, Any]]:
 
 
 def _prices(args: argparse.Namespace) -> Any:
-    from gateway.routing.evalreport import PriceTable
+    from gateway.lab.router_eval import PriceTable
 
     def pair(spec: str | None, default: tuple[float, float]) -> tuple[float, float]:
         if not spec:

@@ -97,7 +97,7 @@ def _plot(
 def cmd_eval(args: argparse.Namespace) -> int:
     from gateway.cache.embedder import load_embedder
     from gateway.cache.verifier import analyse, load_verifier
-    from gateway.cache.verifier_train import read_pairs
+    from gateway.lab.verifier_train import read_pairs
 
     pairs = read_pairs(Path(args.pairs), args.split)
     if args.limit:
@@ -152,7 +152,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from gateway.cache.embedder import load_embedder
     from gateway.cache.verifier import WEIGHTS_PATH
-    from gateway.cache.verifier_train import train
+    from gateway.lab.verifier_train import train
 
     embedder = load_embedder(args.embedder)
     verifier, meta = train(Path(args.pairs), embedder, target_precision=args.target_precision)

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from gateway.cache.embedder import load_embedder
     from gateway.cache.verifier import analyse, load_verifier, model_input
-    from gateway.cache.verifier_train import pair_vectors, read_pairs, val_fold
+    from gateway.lab.verifier_train import pair_vectors, read_pairs, val_fold
     from load_tests.pair_verifier import PairEncoder, fit, load_pair_weights
 
     started = time.time()

@@ -10,7 +10,7 @@ b. Semantic-cache retrieval on ../shared/data/semcache/qqp-dev.jsonl (read in pl
    positives (the two spaces' cosine scales differ: the recall-matched rows are the fair ones),
    how many negatives pass to the cross-encoder.
 c. Router quality on ../shared/data/routing/{mmlu,gsm8k-dev}.jsonl: the complexity classifier
-   (gateway.routing.train.fit_router, the trainer's ALPHA / LENGTH_PRIOR / L2_GRID) on each
+   (gateway.lab.router_fit.fit_router, the trainer's ALPHA / LENGTH_PRIOR / L2_GRID) on each
    backend's vectors; ``features`` = the text features alone (no embedding), as a floor.
    - trainer CV: ``switchyard train router``'s own figure (pooled out-of-fold APGR, 5 folds
      grouped by file/domain; it also picks L2 for the rows below);
@@ -51,9 +51,9 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 import numpy.typing as npt  # noqa: E402
 
-from gateway.routing.evaluation import router_metrics  # noqa: E402
-from gateway.routing.train import Example, correctness, feature_table, fit_router, group_folds  # noqa: E402
-from gateway.routing.trainer import ALPHA, FOLDS, L2_GRID, LENGTH_PRIOR, grouped_cv, read_examples  # noqa: E402
+from gateway.lab.router_fit import Example, correctness, feature_table, fit_router, group_folds  # noqa: E402
+from gateway.lab.router_metrics import router_metrics  # noqa: E402
+from gateway.lab.router_train import ALPHA, FOLDS, L2_GRID, LENGTH_PRIOR, grouped_cv, read_examples  # noqa: E402
 from load_tests.auto_path import DEFAULT_OUT, prompt  # noqa: E402
 from load_tests.bench_procs import ROOT, machine_info  # noqa: E402
 from load_tests.bench_report import save_report  # noqa: E402
@@ -268,7 +268,7 @@ def retrieval(
 
 # ----------------------------------------------------------------------------- c. router
 def choose_l2(emb: F32, feats: F64, weak: F64, strong: F64, groups: list[str]) -> tuple[float, float]:
-    """The trainer's selection (gateway.routing.trainer.train_router): L2 with the best mean
+    """The trainer's selection (gateway.lab.router_train.train_router): L2 with the best mean
     held-out-group APGR; returns it and the pooled out-of-fold APGR at it."""
     folds = group_folds(groups, FOLDS, 0)
     best: tuple[float, float, float] | None = None

@@ -269,7 +269,7 @@ def test_real_embedder_and_shipped_weights_rank_hard_above_easy(embedder: Any) -
 def test_shipped_weights_beat_prompt_length_on_gsm8k(embedder: Any) -> None:
     """A regression check of the shipped weights (GSM8K was part of their training data; the
     cross-task figures are in README "Complexity routing")."""
-    from gateway.routing.evaluation import router_metrics
+    from gateway.lab.router_metrics import router_metrics
 
     path = DATA / "gsm8k-dev.jsonl"
     if not path.exists():

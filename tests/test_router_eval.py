@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gateway.cli import main
-from gateway.routing.evaluation import (
+from gateway.lab.router_metrics import (
     cost_at_quality,
     cost_curve,
     quantile_thresholds,
@@ -18,7 +18,7 @@ from gateway.routing.evaluation import (
     router_metrics,
 )
 
-# Five prompts. Hand computation (RouteLLM's procedure, see gateway/routing/evaluation.py):
+# Five prompts. Hand computation (RouteLLM's procedure, see gateway/lab/router_metrics.py):
 # weak accuracy 40%, strong 80%. The 11 quantile thresholds of the scores route to strong:
 #   t = 0.1 (q0)            -> all 5          -> 80% acc, 100% strong
 #   t = 0.18, 0.26          -> top 4          -> 80%,  80%

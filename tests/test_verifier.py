@@ -20,7 +20,7 @@ from gateway.cache.verifier import (
     load_verifier,
     model_input,
 )
-from gateway.cache.verifier_train import (
+from gateway.lab.verifier_train import (
     fit_ensemble,
     is_heldout,
     pick_threshold,

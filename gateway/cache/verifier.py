@@ -9,7 +9,7 @@ Two layers:
 2. A learned pair classifier: a small ensemble of one-hidden-layer MLPs over the lexical
    features (``verifier_text.FEATURES``) and the embedding block [u*v, |u-v|, u+v] of the two
    questions' vectors, trained on QQP by ``switchyard train semcache``
-   (``verifier_train``); weights ship as ``verifier_weights.npz`` (~1 MB, float32, numpy
+   (``gateway.lab.verifier_train``); weights ship as ``verifier_weights.npz`` (~1 MB, float32, numpy
    inference only). Input standardisation is folded into the first layer.
 
 A score costs some tens of microseconds (one (1175 x 192) product and a few set operations)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gateway.routing.evaluation import CostPoint
+from gateway.lab.router_metrics import CostPoint
 
 
 def plot_cost_quality(curves: dict[str, list[CostPoint]], report: dict[str, Any], out: Path) -> None:

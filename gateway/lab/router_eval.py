@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gateway.routing.evaluation import (
+from gateway.lab.router_metrics import (
     CostPoint,
     cost_at_quality,
     cost_curve,

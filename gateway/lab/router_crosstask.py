@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gateway.routing.evaluation import router_metrics
-from gateway.routing.train import F32, F64, LOG_CHARS, fit_router, group_folds
+from gateway.lab.router_fit import F32, F64, LOG_CHARS, fit_router, group_folds
+from gateway.lab.router_metrics import router_metrics
 
 FOLDS = 5
 

@@ -13,10 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gateway.routing.classifier import EMBEDDER_DIM, EMBEDDER_NAME, FORMAT
-from gateway.routing.evaluation import router_metrics
-from gateway.routing.features import FEATURE_NAMES
-from gateway.routing.train import (
+from gateway.lab.router_fit import (
     Example,
     Fitted,
     calibration_curve,
@@ -25,6 +22,9 @@ from gateway.routing.train import (
     fit_router,
     group_folds,
 )
+from gateway.lab.router_metrics import router_metrics
+from gateway.routing.classifier import EMBEDDER_DIM, EMBEDDER_NAME, FORMAT
+from gateway.routing.features import FEATURE_NAMES
 
 L2_GRID = (1e-3, 3e-3, 1e-2)
 ALPHA = 0.75  # see RouterModel: chosen on MMLU-domain and GSM8K hold-outs (load_tests/README.md)
