@@ -34,7 +34,8 @@ from gateway.ledger.report import (
     to_csv,
     to_json,
 )
-from gateway.limits.keys import KeyLimits, KeyRecord, KeyStoreBase, open_key_store, store_errors
+from gateway.limits.keys import KeyLimits, KeyRecord, KeyStoreBase, store_errors
+from gateway.limits.stores import open_key_store
 
 EXIT_OK = 0
 EXIT_FAILED = 1

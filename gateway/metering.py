@@ -16,7 +16,7 @@ from gateway.ledger.pricing import cost_of
 from gateway.ledger.row import LedgerRow
 from gateway.ledger.store import SQLiteLedger
 from gateway.limits.gate import Limits
-from gateway.routing.router import RoutePlan
+from gateway.routing.plan import RoutePlan
 from gateway.runtime import Runtime
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.tracing import RequestFacts, RequestTracer

@@ -29,7 +29,7 @@ from gateway.metering import Outcome, record
 from gateway.routing.attempts import run_with_fallback
 from gateway.routing.breaker import BreakerBoard
 from gateway.routing.params import apply_params
-from gateway.routing.router import RoutePlan
+from gateway.routing.plan import RoutePlan
 from gateway.runtime import Runtime
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.prompt_log import log_exchange

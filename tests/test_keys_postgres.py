@@ -22,8 +22,9 @@ import pytest
 
 from gateway.config.settings import Settings
 from gateway.ledger.pg import pg_connect
-from gateway.limits.keys import KeyCache, KeyLimits, KeyStore, hash_key, open_key_store
+from gateway.limits.keys import KeyCache, KeyLimits, KeyStore, hash_key
 from gateway.limits.keys_pg import PostgresKeyStore
+from gateway.limits.stores import open_key_store
 from load_tests.mock_upstream import MockUpstream
 from tests.gateway_harness import ADMIN_KEY, free_port, mock_policy
 from tests.pg_support import scratch_schema

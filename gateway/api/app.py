@@ -21,7 +21,8 @@ from gateway.cache.semantic_layer import SemanticLayer
 from gateway.config.loader import load_policy
 from gateway.config.settings import Settings
 from gateway.ledger.open import open_ledger
-from gateway.limits.keys import KeyCache, open_key_store
+from gateway.limits.keys import KeyCache
+from gateway.limits.stores import open_key_store
 from gateway.pipeline import Pipeline
 from gateway.runtime import build_runtime, close_parts
 from gateway.telemetry.metrics import Metrics

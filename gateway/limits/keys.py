@@ -24,10 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Self, TypeVar
-
-if TYPE_CHECKING:
-    from gateway.config.settings import Settings
+from typing import Any, Final, Self, TypeVar
 
 KEY_PREFIX: Final = "sk-sy-"
 KEY_ID_LEN: Final = 12
@@ -298,16 +295,6 @@ class KeyStore(KeyStoreBase):
         except sqlite3.IntegrityError:
             return False
         return True
-
-
-def open_key_store(settings: Settings) -> KeyStoreBase:
-    """The store ``settings`` call for: shared PostgreSQL tables when the ledger is PostgreSQL
-    (so every replica sees the same keys), else the SQLite file under ``SWITCHYARD_HOME``."""
-    if settings.ledger_url.startswith(("postgresql://", "postgres://")):
-        from gateway.limits.keys_pg import PostgresKeyStore
-
-        return PostgresKeyStore(settings.ledger_url)
-    return KeyStore(settings.keys_db)
 
 
 def store_errors() -> tuple[type[Exception], ...]:

@@ -19,7 +19,7 @@ from gateway.core.errors import (
 )
 from gateway.core.types import Target
 from gateway.routing.breaker import BreakerBoard
-from gateway.routing.router import RoutePlan
+from gateway.routing.plan import RoutePlan
 
 T = TypeVar("T")
 

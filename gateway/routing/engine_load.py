@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from gateway.config.policy import EngineLoadPolicy, Policy
-from gateway.routing.router import RoutePlan
+from gateway.routing.plan import RoutePlan
 
 log = logging.getLogger("switchyard")
 

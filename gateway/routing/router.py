@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from gateway.config.policy import Policy, RoutePolicy
 from gateway.core.errors import BadRequestError, NotFoundError, PermissionDeniedError, ServiceUnavailableError
 from gateway.core.types import Price, Principal, Target
-from gateway.routing.tiers import AutoRoute, build_auto
+from gateway.routing.plan import RoutePlan
+from gateway.routing.tiers import build_auto
 
 _ENV_HINT = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-
-
-@dataclass(frozen=True, slots=True)
-class RoutePlan:
-    name: str  # the route name, or the model name when a catalog model is called directly
-    kind: str  # chat | completions | embeddings
-    targets: tuple[Target, ...]  # configured targets, in fallback order
-    unconfigured: tuple[str, ...]  # providers skipped because their key is not set
-    baseline: Target | None
-    policy: RoutePolicy
-    is_route: bool
-    auto: AutoRoute | None = None  # complexity routing over tiers (routes with a classifier)
 
 
 class Router:

@@ -1,5 +1,5 @@
-"""Complexity routing over a route's tiers: the classifier's score picks which tier is tried
-first; the other tiers stay as fallbacks in a fixed order.
+"""Complexity routing over a route's tiers, built from the policy: the classifier's score picks
+which tier is tried first (``plan.AutoRoute``); the other tiers stay as fallbacks in a fixed order.
 
     score >= threshold -> "strong":       strong, cheap, self_hosted
     score <  threshold -> "self_hosted":  self_hosted, cheap, strong   (when the route has one)
@@ -10,71 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.config.loader import PolicyError
 from gateway.config.policy import RoutePolicy
-
-if TYPE_CHECKING:
-    from gateway.routing.classifier import ComplexityClassifier
-    from gateway.routing.router import RoutePlan
-
+from gateway.routing.plan import AutoRoute, RoutePlan
 
 log = logging.getLogger("switchyard")
-UNSCORED = "unscored"  # route_decision when no score could be computed (no user text, no embedder)
-
-
-class EmbedderLike(Protocol):
-    """What routing needs of the shared embedder (gateway.cache.embedder.Embedder)."""
-
-    name: str
-    dim: int
-
-    async def embed(self, text: str) -> Any: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Choice:
-    plan: RoutePlan
-    tier: str  # "strong" | "cheap" | "self_hosted" | "unscored"
-    score: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class AutoRoute:
-    classifier: ComplexityClassifier
-    threshold: float
-    strong_first: RoutePlan
-    low_first: RoutePlan
-    low_tier: str  # "cheap" | "self_hosted"
-
-    def decide(self, score: float) -> tuple[RoutePlan, str]:
-        """The plan to run for a prompt with this score, and the tier tried first."""
-        if score >= self.threshold:
-            return self.strong_first, "strong"
-        return self.low_first, self.low_tier
-
-    async def choose(
-        self, fallback: RoutePlan, text: str | None, vector: Any, embedder: Callable[[], Any]
-    ) -> Choice:
-        """Score ``text`` (reusing ``vector`` when the semantic cache already embedded it, else
-        embedding it with the shared embedder) and pick the tier to try first. Any failure to
-        score keeps the route's default order (``fallback``) and is logged, never raised."""
-        if not text:
-            return Choice(fallback, UNSCORED, None)
-        try:
-            if vector is None:
-                emb: EmbedderLike = await embedder()
-                self.classifier.check_embedder(getattr(emb, "space", emb.name), emb.dim)
-                vector = await emb.embed(text)
-            score = self.classifier.score(vector, text)
-        except Exception:  # the request goes on with the default order
-            log.exception("complexity classifier failed; using the route's default order")
-            return Choice(fallback, UNSCORED, None)
-        plan, tier = self.decide(score)
-        return Choice(plan, tier, score)
 
 
 def build_auto(
