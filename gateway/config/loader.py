@@ -10,19 +10,26 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from pydantic import ValidationError
 
 from gateway.config.catalog import resolve_prices
 from gateway.config.policy import Policy
+from gateway.core.errors import SwitchyardError
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
 
 
-class PolicyError(Exception):
-    """A policy that cannot be used; ``problems`` lists (yaml path, message)."""
+class PolicyError(SwitchyardError):
+    """A policy that cannot be used; ``problems`` lists (yaml path, message). ``str()`` is the
+    report for a terminal; ``to_body()`` the 422 a failed ``/admin/policy/reload`` answers."""
+
+    status = 422
+    type = "invalid_request_error"
+    code = "invalid_policy"
+    BODY_MESSAGE: ClassVar[str] = "The policy file has errors; the running policy was kept"
 
     def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
         self.source = source
@@ -33,6 +40,11 @@ class PolicyError(Exception):
         lines = [f"{self.source}: {len(self.problems)} problem(s)"]
         lines += [f"  {path}: {msg}" if path else f"  {msg}" for path, msg in self.problems]
         return "\n".join(lines)
+
+    def to_body(self) -> dict[str, object]:
+        error = {"message": self.BODY_MESSAGE, "type": self.type, "param": None, "code": self.code}
+        problems = [{"path": path, "message": msg} for path, msg in self.problems]
+        return {"error": {**error, "problems": problems}}
 
 
 def yaml_path(loc: tuple[int | str, ...]) -> str:

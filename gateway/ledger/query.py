@@ -16,6 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from gateway.core.errors import ServiceUnavailableError
 from gateway.ledger.pg import pg_connect
 from gateway.ledger.pricing import quantize_usd
 from gateway.ledger.schema import SCHEMA_VERSION, TABLE
@@ -39,8 +40,10 @@ _BUCKET_SECONDS: Final = {"hour": 3600, "day": 86400}
 _BUCKET_FORMAT: Final = {"hour": "%Y-%m-%dT%H:00:00Z", "day": "%Y-%m-%d"}
 
 
-class LedgerUnavailable(Exception):
+class LedgerUnavailable(ServiceUnavailableError):
     """The ledger database could not be reached (PostgreSQL down, bad URL, no psycopg)."""
+
+    code = "ledger_unavailable"
 
 
 @dataclass(frozen=True, slots=True)

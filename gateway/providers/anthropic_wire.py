@@ -21,7 +21,7 @@ import json
 import time
 from typing import Any
 
-from gateway.core.errors import BadRequestError
+from gateway.core.errors import BadRequestError, UpstreamError
 from gateway.core.types import ChatResult, Usage
 
 DEFAULT_MAX_TOKENS = 4096
@@ -37,8 +37,10 @@ _FINISH_REASONS = {
 }
 
 
-class MalformedResponseError(ValueError):
+class MalformedResponseError(UpstreamError):
     """The upstream's body does not look like an Anthropic message (the text is safe to show)."""
+
+    code = "upstream_bad_response"
 
 
 def _int(value: Any) -> int | None:

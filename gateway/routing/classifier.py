@@ -17,6 +17,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from gateway.core.errors import SwitchyardError
 from gateway.routing.features import FEATURE_NAMES, feature_matrix, text_features
 
 FORMAT: Final = "switchyard-router/1"
@@ -28,8 +29,10 @@ F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 
 
-class ClassifierError(ValueError):
+class ClassifierError(SwitchyardError, ValueError):
     """A weights file that cannot be used (unreadable, wrong format, wrong embedder)."""
+
+    code = "invalid_classifier"
 
 
 @dataclass(frozen=True, slots=True)
