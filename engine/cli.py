@@ -1,4 +1,6 @@
-"""`switchyard engine plan | serve | bench | breakeven` (registered by gateway.cli, lazily)."""
+"""`switchyard engine plan | serve | bench | breakeven`. The gateway's CLI finds ``register``
+through the ``switchyard.commands`` entry point (pyproject.toml); neither package imports the
+other."""
 
 from __future__ import annotations
 

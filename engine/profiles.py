@@ -11,8 +11,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gateway.config.loader import PolicyError, yaml_path
-
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 
 Quantization = Literal["awq", "awq_marlin", "fp8", "compressed-tensors", "gptq", "none"]
@@ -125,9 +123,30 @@ class Profile(_Strict):
         return json.dumps(self.speculative.to_vllm(), separators=(",", ":"))
 
 
-class ProfileError(PolicyError):
+class ProfileError(Exception):
     """An engine profile that cannot be used; ``problems`` lists (yaml path, message), rendered
-    like policy errors."""
+    like the gateway's policy errors (the engine imports nothing of the gateway)."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        lines = [f"{self.source}: {len(self.problems)} problem(s)"]
+        lines += [f"  {path}: {msg}" if path else f"  {msg}" for path, msg in self.problems]
+        return "\n".join(lines)
+
+
+def yaml_path(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a YAML path: ``gpu.kind``, ``extra_args[0]``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
 
 
 def parse_profile(data: Any, source: str = "<profile>") -> Profile:

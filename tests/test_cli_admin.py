@@ -1,4 +1,4 @@
-"""`switchyard keys ...` and `switchyard spend` through ``cli_admin.register``."""
+"""`switchyard keys ...` and `switchyard spend` through ``gateway.cli.admin.register``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli_admin import register
+from gateway.cli.admin import register
 from gateway.ledger.store import SQLiteLedger
 from gateway.limits.keys import KeyStore
 from tests.test_ledger_store import make_row

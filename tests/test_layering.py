@@ -5,15 +5,16 @@ import".
     config    imports core (and the top-level `gateway` package for __file__/__version__)
     providers, cache, routing, ledger, limits, telemetry
               import core/config and themselves, never each other
-    pipeline.py, metering.py, runtime.py, api/*, cli.py, cli_admin.py, cli_router.py
+    pipeline.py, metering.py, runtime.py, api/*, cli/__init__.py, cli/admin.py, cli/router.py
               the only modules that wire several siblings together
-    nothing   imports engine, torch, load_tests or tests (except one lazy hook: the cli's
-              build_parser registers `switchyard engine` from engine.cli); only api/ (and
-              the cli that runs uvicorn) knows the HTTP server framework
+    nothing   imports engine, torch, load_tests or tests (`switchyard engine` comes through
+              the `switchyard.commands` entry point); only api/ (and cli/serve.py, which runs
+              uvicorn) knows the HTTP server framework
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import os
 import subprocess
@@ -32,8 +33,8 @@ WIRING = {
     "gateway.metering",
     "gateway.runtime",
     "gateway.cli",
-    "gateway.cli_admin",
-    "gateway.cli_router",
+    "gateway.cli.admin",
+    "gateway.cli.router",
 }  # plus gateway.api.*
 FORBIDDEN_ROOTS = ("engine", "torch", "load_tests", "tests")
 HTTP_SERVER_ROOTS = ("fastapi", "starlette", "uvicorn")
@@ -117,8 +118,8 @@ def report(bad: list[Import], rule: str) -> str:
 # ----------------------------------------------------------------------------- the parser itself
 def test_the_import_scanner_sees_what_it_should() -> None:
     # real files with known imports: a relative/aliased form would otherwise slip through
-    cli = {imp.target for imp in imports_of(PKG / "cli.py")}
-    assert {"gateway", "gateway.cli_admin", "gateway.config.loader", "uvicorn"} <= cli
+    cli = {imp.target for name in ("__init__.py", "serve.py") for imp in imports_of(PKG / "cli" / name)}
+    assert {"gateway", "gateway.cli.admin", "gateway.config.loader", "uvicorn"} <= cli
     assert "gateway.core.errors" in {imp.target for imp in imports_of(PKG / "core" / "__init__.py")}
     assert len(SOURCES) > 20 and len(ALL_IMPORTS) > 100
 
@@ -205,17 +206,10 @@ def pipeline_does_not_know_http(imps: list[Import]) -> list[Import]:
     ]
 
 
-# The one allowed crossing: the CLI registers `switchyard engine ...` from engine.cli, lazily
-# (inside build_parser; see test_the_cli_imports_engine_only_lazily).
-ENGINE_CLI_HOOK = ("gateway.cli", "engine.cli", "register")
-
-
+# No crossing: the CLI finds `switchyard engine ...` through the `switchyard.commands` entry
+# point (see test_the_cli_finds_engine_through_its_entry_point).
 def no_engine_torch_or_tests(imps: list[Import]) -> list[Import]:
-    return [
-        i
-        for i in imps
-        if i.target.split(".")[0] in FORBIDDEN_ROOTS and (i.module, i.target, i.name) != ENGINE_CLI_HOOK
-    ]
+    return [i for i in imps if i.target.split(".")[0] in FORBIDDEN_ROOTS]
 
 
 def only_api_knows_the_http_server(imps: list[Import]) -> list[Import]:
@@ -224,7 +218,7 @@ def only_api_knows_the_http_server(imps: list[Import]) -> list[Import]:
         for i in imps
         if i.target.split(".")[0] in HTTP_SERVER_ROOTS
         and layer(i.module) != "api"
-        and i.module != "gateway.cli"
+        and i.module != "gateway.cli.serve"
     ]
 
 
@@ -234,7 +228,7 @@ RULES: dict[str, Rule] = {
     "gateway.config imports only gateway.core, itself and the bare `gateway` package": config_imports_only_core,
     "providers/cache/routing/ledger/limits/telemetry import only core, config and themselves": siblings_do_not_import_each_other,
     "only __version__/__file__ may be taken from the bare `gateway` package": bare_gateway_gives_only_version,
-    "only pipeline.py, runtime.py, api/*, cli.py, cli_admin.py wire siblings together": only_wiring_modules_use_several_siblings,
+    "only pipeline.py, runtime.py, api/*, cli/ wire siblings together": only_wiring_modules_use_several_siblings,
     "core/config/siblings never import pipeline, runtime, api or the cli": lower_layers_do_not_import_upper,
     "pipeline/runtime do not depend on the HTTP layer or the cli": pipeline_does_not_know_http,
     "gateway/ never imports engine, torch, load_tests or tests": no_engine_torch_or_tests,
@@ -348,8 +342,8 @@ SELF_CHECKS = [
     ),
     (
         no_engine_torch_or_tests,
-        fake("cli.py", "from engine.cli import main"),
-        fake("cli.py", "def f():\n    from engine.cli import register"),
+        fake("cli/__init__.py", "def f():\n    from engine.cli import register"),
+        fake("cli/__init__.py", "from importlib.metadata import entry_points"),
     ),
     (
         no_engine_torch_or_tests,
@@ -369,7 +363,7 @@ SELF_CHECKS = [
     (
         only_api_knows_the_http_server,
         fake("providers/x.py", "import fastapi"),
-        fake("cli.py", "import uvicorn"),
+        fake("cli/serve.py", "import uvicorn"),
     ),
 ]
 
@@ -390,14 +384,15 @@ def test_a_violation_report_names_file_and_line() -> None:
     assert text == "rule:\n  gateway/cache/x.py:3: gateway.cache.x imports gateway.routing.params"
 
 
-def test_the_cli_imports_engine_only_lazily() -> None:
-    tree = ast.parse((PKG / "cli.py").read_text(encoding="utf-8"))
-    top_level = {id(n) for n in tree.body}
-    hooks = [
-        n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("engine")
-    ]
-    assert len(hooks) == 1, "gateway/cli.py imports engine exactly once (the `engine` command hook)"
-    assert id(hooks[0]) not in top_level, "the engine hook must be imported inside build_parser"
+def test_the_cli_finds_engine_through_its_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    from gateway.cli import COMMANDS_GROUP, build_parser
+
+    found = {ep.name: ep.value for ep in entry_points(group=COMMANDS_GROUP)}
+    assert found.get("engine") == "engine.cli:register", "pip install -e . registers the entry point"
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert "engine" in sub.choices
 
 
 # ----------------------------------------------------------------------------- no I/O at import

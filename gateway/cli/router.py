@@ -10,23 +10,15 @@ Everything heavy (numpy, the embedder, matplotlib) is imported when a command ru
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import queue
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
-
     from gateway.cache.embedder import Embedder
-
-CHUNK = 16  # texts per encode call: small, so the embedding threads share the work evenly
 
 
 def _fail(msg: str) -> int:
@@ -52,58 +44,6 @@ def read_jsonl(path: Path, need: tuple[str, ...]) -> list[dict[str, Any]]:
     return rows
 
 
-# ----------------------------------------------------------------------------- embedding
-def load_embedders(n: int, backend: str) -> list[Embedder]:
-    from gateway.cache.embedder import load_embedder
-
-    return [load_embedder(backend) for _ in range(n)]
-
-
-def encode_all(texts: list[str], embedders: list[Embedder]) -> npt.NDArray[np.float32]:
-    """Embed many texts on all the embedders at once (one thread each; ONNX Runtime releases the
-    GIL): longest texts first, in small chunks taken from one shared queue so the threads finish
-    together; rows returned in input order. Each text is still encoded alone (see embed_backends),
-    so a score never depends on the other rows or on the thread count."""
-    import numpy as np
-
-    dim = embedders[0].dim
-    out = np.zeros((len(texts), dim), dtype=np.float32)
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    chunks: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
-    for i in range(0, len(order), CHUNK):
-        chunks.put(order[i : i + CHUNK])
-
-    def work(emb: Embedder) -> None:
-        while True:
-            try:
-                c = chunks.get_nowait()
-            except queue.Empty:
-                return
-            out[c] = emb.encode([texts[i] for i in c])
-
-    with ThreadPoolExecutor(len(embedders)) as pool:
-        list(pool.map(work, embedders))
-    return out
-
-
-def cached_encode(
-    texts: list[str], embedders: list[Embedder], cache_dir: Path | None
-) -> npt.NDArray[np.float32]:
-    import numpy as np
-
-    if cache_dir is None:
-        return encode_all(texts, embedders)
-    digest = hashlib.sha256(("\x00".join(texts) + embedders[0].name).encode()).hexdigest()[:16]
-    path = cache_dir / f"emb-{embedders[0].name}-{digest}.npy"
-    if path.exists():
-        cached: npt.NDArray[np.float32] = np.load(path)
-        return cached
-    vecs = encode_all(texts, embedders)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    np.save(path, vecs)
-    return vecs
-
-
 def _workers(arg: int | None) -> int:
     """Embedding threads: as asked, else one per CPU this process may use (at most 8)."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -112,6 +52,7 @@ def _workers(arg: int | None) -> int:
 
 # ----------------------------------------------------------------------------- router score
 def cmd_score(args: argparse.Namespace) -> int:
+    from gateway.lab.batch_embed import encode_all, load_embedders
     from gateway.routing.classifier import ClassifierError, ComplexityClassifier
 
     try:
@@ -158,6 +99,7 @@ def _data_files(specs: list[str]) -> list[Path]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from gateway.lab.batch_embed import cached_encode, load_embedders
     from gateway.lab.router_train import train_router
 
     try:
@@ -200,6 +142,7 @@ def _cross_task(args: argparse.Namespace, files: list[Path], embedders: list[Emb
     """Score each task / group of domains with a router fitted without it (writes no weights)."""
     from dataclasses import asdict
 
+    from gateway.lab.batch_embed import cached_encode
     from gateway.lab.router_crosstask import cross_task, table
     from gateway.lab.router_fit import correctness, feature_table
     from gateway.lab.router_train import ALPHA, LENGTH_PRIOR, read_examples
@@ -235,6 +178,7 @@ def _cross_task(args: argparse.Namespace, files: list[Path], embedders: list[Emb
 def cmd_eval(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from gateway.lab.batch_embed import encode_all, load_embedders
     from gateway.lab.router_eval import DEFAULT_OUTPUT_TOKENS, EvalData, evaluate, render_text
     from gateway.ledger.tokens import count_text
     from gateway.routing.classifier import ClassifierError, ComplexityClassifier

@@ -1,54 +1,18 @@
-"""`switchyard serve | policy check | keys ... | spend`."""
+"""`switchyard policy check | simulate`: validate a policy file; show how it routes a request."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from gateway import __version__, cli_admin, cli_router, cli_semcache
 from gateway.config.loader import PolicyError, load_policy
-from gateway.config.settings import Settings
 from gateway.core.errors import SwitchyardError
 from gateway.core.types import Principal
 from gateway.routing.params import apply_params
 from gateway.routing.router import Router
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    if args.policy:
-        os.environ["SWITCHYARD_POLICY"] = str(Path(args.policy).resolve())
-    os.environ["SWITCHYARD_LOG_LEVEL"] = args.log_level
-    settings = Settings.from_env()
-    try:
-        load_policy(settings.policy_path)
-    except PolicyError as exc:
-        print(exc.render(), file=sys.stderr)
-        return 2
-    if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        # Workers are separate processes: their metrics are merged through files.
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="switchyard-metrics-")
-    import uvicorn
-
-    uvicorn.run(
-        "gateway.api.app:create_app",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=args.graceful_timeout,
-        server_header=False,
-        proxy_headers=False,
-    )
-    return 0
 
 
 def cmd_policy_check(args: argparse.Namespace) -> int:
@@ -143,24 +107,7 @@ def cmd_policy_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="switchyard", description="Cost-aware LLM gateway")
-    parser.add_argument("--version", action="version", version=f"switchyard {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    serve = sub.add_parser("serve", help="run the gateway (OpenAI-compatible HTTP server)")
-    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    serve.add_argument(
-        "--policy", default=None, help="policy YAML (default: $SWITCHYARD_POLICY or policies/default.yaml)"
-    )
-    serve.add_argument("--workers", type=int, default=1, help="worker processes (one per core)")
-    serve.add_argument(
-        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
-    )
-    serve.add_argument("--graceful-timeout", type=float, default=30.0, help="seconds to drain on SIGTERM")
-    serve.set_defaults(func=cmd_serve)
-
+def register(sub: argparse._SubParsersAction[Any]) -> None:
     policy = sub.add_parser("policy", help="policy tools")
     psub = policy.add_subparsers(dest="policy_command", metavar="{check,simulate}")
     check = psub.add_parser("check", help="validate a policy file; print every error with its YAML path")
@@ -183,43 +130,3 @@ def build_parser() -> argparse.ArgumentParser:
         return 2
 
     policy.set_defaults(func=policy_help)
-
-    cli_admin.register(sub)
-    cli_router.register(sub)  # `train router`, `router score`
-    cli_semcache.register_train(sub)  # `train semcache` (after `train router`: same group)
-    from engine.cli import register as register_engine  # the engine tooling; lazy: `engine` only here
-
-    register_engine(sub)
-
-    evaluation = sub.add_parser("eval", help="evaluate the semantic cache or the router on labelled data")
-    esub = evaluation.add_subparsers(dest="eval_command", metavar="{semcache,router}")
-    # Each feature module registers its own `eval` subcommand on `esub` (one line each below).
-    cli_router.register_eval(esub)  # `eval router`
-    cli_semcache.register_eval(esub)  # `eval semcache`
-
-    def eval_help(_args: argparse.Namespace) -> int:
-        evaluation.print_help()
-        return 2
-
-    evaluation.set_defaults(func=eval_help)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
-        return 2
-    result: int = func(args)
-    return result
-
-
-def run() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
-
-
-if __name__ == "__main__":
-    run()
