@@ -190,31 +190,6 @@ class Embedder:
                 return
 
 
-class LazyEmbedder:
-    """The process-wide embedder, loaded (in a thread) on the first ``await get()`` only."""
-
-    def __init__(self, backend: str = "auto", home: Path | None = None) -> None:
-        self.backend = backend
-        self.home = home
-        self._embedder: Embedder | None = None
-        self._lock = asyncio.Lock()
-
-    @property
-    def loaded(self) -> Embedder | None:
-        return self._embedder
-
-    async def get(self) -> Embedder:
-        if self._embedder is None:
-            async with self._lock:
-                if self._embedder is None:
-                    self._embedder = await asyncio.to_thread(load_embedder, self.backend, self.home)
-        return self._embedder
-
-    def close(self) -> None:
-        if self._embedder is not None:
-            self._embedder.close()
-
-
 def _resolve(fut: asyncio.Future[Vector], vec: Vector | None, exc: BaseException | None) -> None:
     if fut.done():
         return

@@ -90,17 +90,6 @@ class StreamAssembler:
         return out
 
 
-def completion_chars(completion: dict[str, Any]) -> int:
-    """Characters of generated text (content and tool-call arguments), as the assembler counts."""
-    chars = 0
-    for choice in completion.get("choices") or ():
-        message = choice.get("message") or {}
-        chars += len(message.get("content") or "")
-        for call in message.get("tool_calls") or ():
-            chars += len((call.get("function") or {}).get("arguments") or "")
-    return chars
-
-
 def completion_to_chunks(completion: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
     """The chunks a streaming client would have received for ``completion``."""
     base = {

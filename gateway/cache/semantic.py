@@ -188,14 +188,6 @@ class SemanticCache:
             self.evictions += 1
         return sum(len(e) for e in groups.values())
 
-    def sweep(self) -> int:
-        """Drop expired entries (lookups also skip them); returns how many."""
-        now = time.time()
-        dead = [eid for eid, e in self._entries.items() if e.expires <= now]
-        for eid in dead:
-            self._drop(eid)
-        return len(dead)
-
     def _drop(self, eid: int) -> None:
         entry = self._entries.pop(eid, None)
         if entry is None:
@@ -210,12 +202,6 @@ class SemanticCache:
     def wait_idle(self) -> None:
         for part in self._parts.values():
             part.wait_upgrade()
-
-    def memory_estimate(self) -> int:
-        """Bytes held by vectors, payloads and texts (Python object overhead excluded)."""
-        vecs = sum(p.memory_bytes() for p in self._parts.values())
-        data = sum(len(e.payload) + len(e.text) + 64 for e in self._entries.values())
-        return vecs + data
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

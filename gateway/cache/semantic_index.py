@@ -101,10 +101,6 @@ class PartitionIndex:
         vec: Vectors = self._index.reconstruct(int(eid))
         return vec
 
-    def memory_bytes(self) -> int:
-        per = DIM * 2 + 16 if self.kind == "flat" else DIM * 2 + 8 + 24
-        return self.ntotal * per
-
     # ------------------------------------------------------------- upgrade flat -> IVF
     def _snapshot(self) -> tuple[npt.NDArray[np.int64], Vectors]:
         faiss = self._faiss

@@ -128,14 +128,6 @@ def budget_lines(
     return lines
 
 
-def has_budgets(policy: Policy) -> bool:
-    """Whether the policy defines any tenant or route budget (keys are checked apart)."""
-    empty = BudgetPolicy()
-    return any(t.budget != empty for t in policy.tenants.values()) or any(
-        r.budget != empty for r in policy.routes.values()
-    )
-
-
 def exceeded(line: BudgetLine, now: float) -> RateLimitError:
     """429 naming the budget, with Retry-After = seconds until its period resets."""
     return RateLimitError(
