@@ -33,6 +33,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from gateway.core.ledger_row import LedgerRow
 from gateway.core.types import Price, Target, Usage
 from gateway.ledger.meter import savings_cause
 from gateway.ledger.pg import pg_connect
@@ -40,7 +41,6 @@ from gateway.ledger.postgres import PostgresLedger, pg_migrate
 from gateway.ledger.pricing import cost_of
 from gateway.ledger.query import spent_since
 from gateway.ledger.report import savings_by_cause, spend, spend_series
-from gateway.ledger.row import LedgerRow
 from gateway.ledger.schema import COLUMNS
 from gateway.ledger.store import SQLiteLedger
 from load_tests.bench_procs import machine_info

@@ -28,9 +28,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from gateway.api.admin import prompt_tokens
+from gateway.bootstrap import prompt_tokens
 from gateway.config.policy import Policy
 from gateway.core.types import Price
+from gateway.flow.services import TaskOwner
 from gateway.limits.gate import Candidate, Limits
 from gateway.limits.keys import KeyLimits
 
@@ -89,7 +90,9 @@ async def run(n: int, redis_url: str | None) -> dict[str, Any]:
         ("budgets+rpm+tpm", True, True),
     ):
         policy = _policy(rpm, budgets)
-        limits = Limits(prompt_tokens=prompt_tokens, key_limits=lambda: {"k": KeyLimits()})
+        limits = Limits(
+            prompt_tokens=prompt_tokens, key_limits=lambda: {"k": KeyLimits()}, spawn=TaskOwner().spawn
+        )
         results[name] = round(await _cpu_us(lambda: _one(limits, policy, cand), n), 2)  # noqa: B023
     results["tokenizer_count_only"] = round(
         await _cpu_us(lambda: _noop_async(prompt_tokens(BODY, "gpt-4o-mini")), n), 2
@@ -111,7 +114,9 @@ async def _redis(url: str, cand: list[Candidate], n: int) -> dict[str, Any] | st
         await store.aclose()
         return "unreachable"
     policy = _policy(True, True)
-    limits = Limits(store, prompt_tokens=prompt_tokens, key_limits=lambda: {"k": KeyLimits()})
+    limits = Limits(
+        store, prompt_tokens=prompt_tokens, key_limits=lambda: {"k": KeyLimits()}, spawn=TaskOwner().spawn
+    )
     walls = []
     cpu0 = time.process_time()
     for _ in range(n):

@@ -75,7 +75,7 @@ class RunningGateway:
     def ledger_rows(self) -> list[dict[str, Any]]:
         import sqlite3
 
-        self.app_state.ledger.flush(5.0)
+        self.app_state.services.ledger.flush(5.0)
         conn = sqlite3.connect(self.home / "ledger.db")
         try:
             conn.row_factory = sqlite3.Row
@@ -95,6 +95,7 @@ def start_gateway(
     redis_url: str | None = None,
     policy_watch_s: float = 0.0,
     fastpath: bool = True,
+    otlp_endpoint: str | None = None,
 ) -> RunningGateway:
     home = tmp / "home"
     home.mkdir(parents=True, exist_ok=True)
@@ -109,6 +110,7 @@ def start_gateway(
         log_level="warning",
         policy_watch_s=policy_watch_s,
         fastpath=fastpath,
+        otlp_endpoint=otlp_endpoint,
     )
     port = free_port()
     config = uvicorn.Config(

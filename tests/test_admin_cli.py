@@ -26,7 +26,7 @@ def served(gateway: RunningGateway, monkeypatch: pytest.MonkeyPatch) -> RunningG
         )
         assert r.status_code == 200
     gateway.post("/v1/chat/completions", {"model": "auto", "messages": HELLO, "temperature": 0})  # cache hit
-    gateway.app_state.ledger.flush(5.0)
+    gateway.app_state.services.ledger.flush(5.0)
     return gateway
 
 

@@ -133,7 +133,7 @@ def test_a_classifier_route_loads_the_embedder_at_start_up_not_on_the_first_requ
     monkeypatch.setenv("SWITCHYARD_EMBEDDER", "torch")
     gw = start_gateway(tmp_path, policy(mock.base_url, 0.5))
     try:
-        semantic = gw.app_state.pipeline.semantic
+        semantic = gw.app_state.services.semantic
         deadline = time.monotonic() + 120
         while semantic._embedder is None and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -341,7 +341,7 @@ def test_broken_policy_reload_is_422_and_keeps_the_old_policy(
         assert "line" in problems[0]["message"]
     # the running policy is untouched
     assert _chat_ok(gateway).headers["x-switchyard-model"] == "small"
-    assert gateway.app_state.pipeline.runtime.policy.routes["auto"].retries == 1
+    assert gateway.app_state.services.policy.routes["auto"].retries == 1
 
 
 def test_good_policy_reloads_and_new_route_works(gateway: RunningGateway, mock: MockUpstream) -> None:

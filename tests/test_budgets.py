@@ -13,6 +13,7 @@ import pytest
 
 from gateway.config.policy import Policy
 from gateway.core.types import Price
+from gateway.flow.services import TaskOwner
 from gateway.limits.budgets import (
     BudgetLine,
     MemoryBook,
@@ -101,7 +102,7 @@ async def test_reserve_settle_release_in_process() -> None:
             "tenants": {"t": {"budget": {"daily_usd": "0.001"}}},
         }
     )
-    limits = Limits()
+    limits = Limits(spawn=TaskOwner().spawn)
     body = {"messages": HELLO, "max_tokens": 100}
     cand = Candidate("r", (Price(Decimal(1), Decimal(2)),), 4096)
     index, res = await limits.reserve(policy, "t", None, body, [cand])
@@ -162,14 +163,14 @@ def test_200_concurrent_requests_never_overspend_the_budget(budget_gw: RunningGa
         assert 1 <= retry <= 86400
         midnight = period_bounds("day", time.time())[2]
         assert abs(retry - (midnight - time.time())) < 30
-    budget_gw.app_state.ledger.flush(5.0)
+    budget_gw.app_state.services.ledger.flush(5.0)
     spent = ledger_cost(budget_gw.home / "ledger.db", "capped")
     state = budget_gw.app_state
     worst = from_nanos(
         worst_case_nanos(
-            state.pipeline.limits._prompt_tokens({"messages": HELLO}, "mock-small"),
+            state.services.limits._prompt_tokens({"messages": HELLO}, "mock-small"),
             8,
-            [state.pipeline.runtime.router.plan("metered", _principal("capped"), "chat").targets[0].price],
+            [state.services.router.plan("metered", _principal("capped"), "chat").targets[0].price],
         )
     )
     assert spent <= BUDGET + worst, (spent, worst)
@@ -178,7 +179,7 @@ def test_200_concurrent_requests_never_overspend_the_budget(budget_gw: RunningGa
     for _ in range(10):
         if not any(r.status_code == 200 for r in fire([budget_gw.url], key, 200, body)):
             break
-    budget_gw.app_state.ledger.flush(5.0)
+    budget_gw.app_state.services.ledger.flush(5.0)
     spent = ledger_cost(budget_gw.home / "ledger.db", "capped")
     assert BUDGET - worst <= spent <= BUDGET + worst, (spent, worst)
     # the in-process counter agrees with the ledger once everything settled
@@ -245,7 +246,7 @@ def test_budget_is_seeded_from_the_ledger_at_start(tmp_path: Path, mock: MockUps
         for _ in range(3):
             r = gw.post("/v1/chat/completions", {"model": "metered", "messages": HELLO}, tenant="capped")
             assert r.status_code == 200
-        gw.app_state.ledger.flush(5.0)
+        gw.app_state.services.ledger.flush(5.0)
         spent = ledger_cost(gw.home / "ledger.db", "capped")
     finally:
         gw.stop()

@@ -61,7 +61,7 @@ def test_two_gateway_processes_share_one_budget(tmp_path: Path, mock: MockUpstre
             g.stop()
     spent = ledger_cost(home / "ledger.db", tenant)
     # the worst case of one request: the tokenizer bound of the prompt plus 8 output tokens
-    from gateway.api.admin import prompt_tokens
+    from gateway.bootstrap import prompt_tokens
 
     worst = from_nanos(
         worst_case_nanos(

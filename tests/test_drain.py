@@ -45,11 +45,11 @@ def test_shutdown_closes_providers_retired_by_a_reload(tmp_path: Path) -> None:
         try:
             chat = {"model": "auto", "messages": [{"role": "user", "content": "x"}]}
             assert gw.post("/v1/chat/completions", chat).status_code == 200  # opens a pooled connection
-            old = gw.app_state.pipeline.runtime.providers["mock"]
+            old = gw.app_state.services.providers["mock"]
             gw.write_policy(mock_policy(mock.base_url).replace("sk-upstream-canary", "sk-upstream-rotated"))
             r = gw.post("/admin/policy/reload", tenant="x", headers={"authorization": f"Bearer {ADMIN_KEY}"})
             assert r.status_code == 200
-            assert gw.app_state.pipeline.runtime.providers["mock"] is not old
+            assert gw.app_state.services.providers["mock"] is not old
         finally:
             gw.stop()
         assert old._session is None or old._session.closed, "the retired provider was left open"

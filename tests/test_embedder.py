@@ -96,7 +96,7 @@ def test_unknown_backend_is_an_error() -> None:
 def test_gateway_import_loads_no_model_libraries() -> None:
     """Start-up cost: the app, pipeline and semantic layer import without numpy/torch/faiss/onnx."""
     code = (
-        "import sys; import gateway.api.app, gateway.pipeline, gateway.cache.semantic_layer, gateway.cli;"
+        "import sys; import gateway.api.app, gateway.flow.pipeline, gateway.cache.semantic_layer, gateway.cli;"
         "heavy = [m for m in ('numpy', 'torch', 'faiss', 'onnxruntime', 'sentence_transformers') if m in sys.modules];"
         "print(','.join(heavy))"
     )

@@ -240,7 +240,7 @@ routes:
             if i % 2 == 1:
                 assert r.text.rstrip().endswith("data: [DONE]")
         assert len(mock.requests()) == 4
-        provider = gw.app_state.pipeline.runtime.providers["vllm"]
+        provider = gw.app_state.services.providers["vllm"]
         assert type(provider).__name__ == "ReplicatedProvider"
         assert provider.chooser.in_flight == [0, 0]  # streams gave their slots back
         assert provider.chooser.breakers[0].failures >= 1  # the dead replica was tried and noted
@@ -250,7 +250,7 @@ routes:
             gw.post("/admin/policy/reload", headers={"authorization": f"Bearer {ADMIN_KEY}"}).status_code
             == 200
         )
-        rebuilt = gw.app_state.pipeline.runtime.providers["vllm"]
+        rebuilt = gw.app_state.services.providers["vllm"]
         assert rebuilt is not provider and rebuilt.chooser.mode == "least_loaded"
     finally:
         gw.stop()

@@ -231,24 +231,24 @@ def test_breaker_opens_probes_reopens_and_closes(tmp_path: Path, upstream: MockU
     try:
         upstream.add_fault(kind="status", status=500, model=SMALL, times=2)
         assert gw.post("/v1/chat/completions", chat).headers["x-switchyard-model"] == "large"
-        assert gw.app_state.pipeline.breakers.states()["small"] == "open"
+        assert gw.app_state.services.breakers.states()["small"] == "open"
         upstream.clear_requests()
         assert gw.post("/v1/chat/completions", chat).headers["x-switchyard-model"] == "large"
         assert called(upstream) == ["mock-large"], "open: the dead target is skipped"
         # half-open: one probe; it fails -> open again at once
         time.sleep(0.6)
-        assert gw.app_state.pipeline.breakers.states()["small"] == "half_open"
+        assert gw.app_state.services.breakers.states()["small"] == "half_open"
         upstream.clear_requests()
         upstream.add_fault(kind="status", status=500, model=SMALL)
         assert gw.post("/v1/chat/completions", chat).headers["x-switchyard-model"] == "large"
         assert called(upstream) == [SMALL, "mock-large"], "one probe, no retry on a failed probe"
-        assert gw.app_state.pipeline.breakers.states()["small"] == "open"
+        assert gw.app_state.services.breakers.states()["small"] == "open"
         # half-open again: the probe succeeds -> closed
         time.sleep(0.6)
         upstream.clear_requests()
         r = gw.post("/v1/chat/completions", chat)
         assert r.headers["x-switchyard-model"] == "small" and called(upstream) == [SMALL]
-        assert gw.app_state.pipeline.breakers.states()["small"] == "closed"
+        assert gw.app_state.services.breakers.states()["small"] == "closed"
         assert 'switchyard_circuit_open{model="small"} 0.0' in gw.get("/metrics").text
         rows = gw.ledger_rows()
         assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}

@@ -88,7 +88,7 @@ def test_redis_paused_killed_and_back(tmp_path: Path, mock: MockUpstream, own_re
             assert r.status_code == 200 and r.headers["x-switchyard-cache"] == "miss"
             assert seconds < 0.5
         sent += 5
-        assert gw.app_state.pipeline.runtime.cache.errors >= 2
+        assert gw.app_state.services.cache.errors >= 2
 
         # restarted on the same port: recovers without a gateway restart
         own_redis.start()
@@ -172,7 +172,7 @@ def test_reload_storm_with_corrupted_files_never_drops_a_request(tmp_path: Path,
             "/v1/chat/completions", {"model": "auto", "messages": [{"role": "user", "content": "after"}]}
         )
         assert r.status_code == 200
-        assert gw.app_state.pipeline.runtime.policy.routes["auto"].retries == 1  # the last good one
+        assert gw.app_state.services.policy.routes["auto"].retries == 1  # the last good one
         metrics = gw.get("/metrics").text
         assert 'switchyard_policy_reloads_total{result="error"}' in metrics
         assert 'switchyard_policy_reloads_total{result="ok"}' in metrics

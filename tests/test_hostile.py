@@ -167,12 +167,12 @@ def test_reload_takes_no_path_from_the_client(
 ) -> None:
     other = tmp_path_factory.mktemp("other") / "evil.yaml"
     other.write_text("routes: {}\n")
-    before = set(gateway.app_state.pipeline.runtime.policy.routes)
+    before = set(gateway.app_state.services.policy.routes)
     for body in ({"path": str(other)}, {"policy_path": str(other), "file": "/etc/passwd"}):
         with httpx.Client(timeout=10) as c:
             r = c.post(gateway.url + "/admin/policy/reload?path=/etc/passwd", json=body, headers=ADMIN)
         assert r.status_code == 200, r.text
-    assert set(gateway.app_state.pipeline.runtime.policy.routes) == before
+    assert set(gateway.app_state.services.policy.routes) == before
 
 
 def test_slowloris_does_not_block_others(gateway: RunningGateway) -> None:

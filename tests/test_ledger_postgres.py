@@ -4,18 +4,23 @@ give the same answers on both stores. Each test works in its own PostgreSQL sche
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
+from gateway.bootstrap import seed_budgets
+from gateway.config.policy import Policy
+from gateway.core.ledger_row import LedgerRow
+from gateway.flow.services import TaskOwner
 from gateway.ledger.pg import pg_connect
 from gateway.ledger.postgres import PostgresLedger
 from gateway.ledger.query import LedgerUnavailable, spent_by, spent_since
 from gateway.ledger.report import savings_by_cause, spend, spend_series, to_csv
-from gateway.ledger.row import LedgerRow
 from gateway.ledger.store import SQLiteLedger
+from gateway.limits.gate import Limits
 from tests.pg_support import scratch_schema
 from tests.test_ledger_store import make_row
 
@@ -175,3 +180,24 @@ def test_ledger_spent_since_counts_rows_still_in_the_outbox(pg_url: str, tmp_pat
     assert led.spent_since("tenant", T0 + 3600) == {"acme": D("0.26"), "beta": D("2.0")}
     sqlite_only = SQLiteLedger(tmp_path / "b" / "outbox.db")
     assert sqlite_only.spent_since("tenant", T0) == {"beta": D("0.5")}
+
+
+async def test_start_up_budget_seeding_counts_rows_still_in_the_outbox(pg_url: str, tmp_path: Path) -> None:
+    """The budgets a gateway starts with include what its outbox has not shipped yet (the
+    seeding once read PostgreSQL alone and forgot them)."""
+    now = time.time()
+    central = PostgresLedger(pg_url, tmp_path / "a" / "outbox.db", idle_interval=0.05)
+    central.start()
+    central.write(make_row(1, ts=now, tenant="beta", cost_usd=D("1.5")))
+    assert central.ship_now(20), central.ship_error
+    central.close()
+    waiting = SQLiteLedger(tmp_path / "b" / "outbox.db")
+    waiting.start()
+    waiting.write(make_row(2, ts=now, tenant="beta", cost_usd=D("0.5")))
+    waiting.close()
+    ledger = PostgresLedger(pg_url, tmp_path / "b" / "outbox.db")  # not started: nothing ships
+    policy = Policy.model_validate({"tenants": {"beta": {"budget": {"daily_usd": "10"}}}})
+    limits = Limits(spawn=TaskOwner().spawn)
+    await seed_budgets(limits, policy, ledger)
+    (row,) = [r for r in await limits.status(policy) if r["scope"] == "tenant" and r["period"] == "day"]
+    assert Decimal(row["spent_usd"]) == D("2.0")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway.core.ledger_row import LedgerRow
 from gateway.ledger.open import open_ledger
 from gateway.ledger.postgres import PostgresLedger
-from gateway.ledger.row import LedgerRow
 from gateway.ledger.sqlite import TABLE, ledger_path, read_rows
 from gateway.ledger.store import SQLiteLedger
 

@@ -80,7 +80,7 @@ def test_unlimited_when_null(tmp_path: Path, mock: MockUpstream) -> None:
         with httpx.Client(timeout=10) as c:
             r = c.post(gw.url + "/v1/chat/completions", json=CHAT, headers=gw.headers())
         assert r.status_code == 200
-        assert gw.app_state.pipeline.runtime.policy.server.max_in_flight is None
+        assert gw.app_state.services.policy.server.max_in_flight is None
     finally:
         gw.stop()
 

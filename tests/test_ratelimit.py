@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.core.errors import RateLimitError
 from gateway.limits.keys import KeyLimits, KeyStore
-from gateway.limits.ratelimit import BucketCheck, MemoryBuckets, RpmLimiter
+from gateway.limits.ratelimit import BucketCheck, MemoryBuckets
 from load_tests.mock_upstream import MockUpstream
 from tests.gateway_harness import mock_policy, start_gateway
 from tests.limits_helpers import HELLO, fire
@@ -59,16 +58,6 @@ def test_tokens_per_minute_debit_then_wait() -> None:
     assert b.apply([check]) is None
 
 
-def test_tenant_rpm_limiter_keeps_its_interface() -> None:
-    limiter = RpmLimiter()
-    for _ in range(2):
-        limiter.check("t", 2)
-    with pytest.raises(RateLimitError) as info:
-        limiter.check("t", 2)
-    assert info.value.retry_after is not None and info.value.retry_after >= 1
-    limiter.check("t", None)  # no limit
-
-
 def test_key_rpm_on_a_real_gateway_with_retry_after(tmp_path: Path, mock: MockUpstream) -> None:
     gw = start_gateway(tmp_path, mock_policy(mock.base_url, "limits: {key_rpm: 5}\n"))
     try:
@@ -97,7 +86,7 @@ def test_key_tpm_from_the_key_store(tmp_path: Path, mock: MockUpstream) -> None:
     try:
         key, rec = KeyStore(gw.settings.keys_db).create("team-t")
         KeyStore(gw.settings.keys_db).set_limits(rec.key_id, KeyLimits(tpm=20))
-        gw.app_state.pipeline.limits.refresh_key_limits()
+        gw.app_state.services.limits.refresh_key_limits()
         headers = {"authorization": f"Bearer {key}"}
         body = {"model": "auto", "messages": HELLO}
         codes = []

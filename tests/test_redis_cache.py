@@ -190,7 +190,7 @@ def test_two_gateways_share_the_redis_cache(
     gw1 = start_gateway(tmp_path / "one", mock_policy(mock.base_url, extra=REDIS_POLICY))
     gw2 = start_gateway(tmp_path / "two", mock_policy(mock.base_url, extra=REDIS_POLICY))
     try:
-        assert gw1.app_state.pipeline.runtime.cache.backend == "redis"
+        assert gw1.app_state.services.cache.backend == "redis"
         # the same tenant name in both gateways: keys are per tenant, not per key id
         r1 = gw1.post("/v1/chat/completions", body)
         assert r1.status_code == 200, r1.text
@@ -225,7 +225,7 @@ def test_two_gateways_share_the_redis_cache(
 def test_redis_down_degrades_to_misses(tmp_path: Path, mock: MockUpstream) -> None:
     gw = start_gateway(tmp_path, mock_policy(mock.base_url, extra=DEAD_POLICY))
     try:
-        assert gw.app_state.pipeline.runtime.cache.backend == "redis"
+        assert gw.app_state.services.cache.backend == "redis"
         body = chat_body(unique("outage"))
         for i in range(6):
             t0 = time.perf_counter()
@@ -256,7 +256,7 @@ def test_redis_down_degrades_to_misses(tmp_path: Path, mock: MockUpstream) -> No
 
         metrics = gw.get("/metrics").text
         assert _metric(metrics, "switchyard_cache_results_total", result="miss") == 7.0
-        errors = gw.app_state.pipeline.runtime.cache.errors
+        errors = gw.app_state.services.cache.errors
         assert errors >= 1
         assert _metric(metrics, "switchyard_cache_backend_errors_total", backend="redis") == float(errors)
     finally:
@@ -271,7 +271,7 @@ def test_redis_outage_is_counted_in_metrics(tmp_path: Path, mock: MockUpstream) 
         r = gw.post("/v1/chat/completions", chat_body(unique("outage-metric")))
         assert r.status_code == 200
         assert r.headers["x-switchyard-cache"] == "miss"
-        cache = gw.app_state.pipeline.runtime.cache
+        cache = gw.app_state.services.cache
         assert cache.errors == 1  # the lookup failed; the store was skipped in the cool-down
         value = _metric(gw.get("/metrics").text, "switchyard_cache_backend_errors_total", backend="redis")
         assert value == 1.0
@@ -305,7 +305,7 @@ def test_env_redis_url_overrides_the_policy_backend(
     policy says memory: replicas of one deployment share it without editing the policy."""
     gw = start_gateway(tmp_path, mock_policy(mock.base_url), redis_url=REDIS_URL)
     try:
-        assert gw.app_state.pipeline.runtime.cache.backend == "redis"
+        assert gw.app_state.services.cache.backend == "redis"
         r = gw.get("/readyz")
         assert r.status_code == 200 and r.json()["checks"]["redis"] is True
     finally:

@@ -278,34 +278,36 @@ def test_upstream_error_that_echoes_the_key_is_not_relayed(
 
 def test_reprs_hide_secrets(gateway: RunningGateway) -> None:
     state = gateway.app_state
-    runtime = state.pipeline.runtime
+    runtime = state.services
     assert set(runtime.providers) == {"mock", "mock-anthropic"}
     objects: dict[str, object] = {
         "settings": gateway.settings,
-        "app settings": state.settings,
-        "admin key": state.settings.admin_key,
+        "app settings": state.services.settings,
+        "admin key": state.services.settings.admin_key,
         **{f"provider {name}": p for name, p in runtime.providers.items()},
     }
     for label, obj in objects.items():
         shown = repr(obj) + str(obj)
         for secret in (*CANARIES, ADMIN_KEY):
             assert secret not in shown, f"repr/str of {label} shows a secret: {shown[:300]}"
-    assert state.settings.admin_key is not None and state.settings.admin_key.get() == ADMIN_KEY
+    assert (
+        state.services.settings.admin_key is not None and state.services.settings.admin_key.get() == ADMIN_KEY
+    )
 
 
 POLICY_OBJECTS: dict[str, Any] = {
     "openai provider policy": lambda rt: rt.policy.providers["mock"],
     "anthropic provider policy": lambda rt: rt.policy.providers["mock-anthropic"],
     "policy": lambda rt: rt.policy,
-    "runtime": lambda rt: rt,
+    "services": lambda rt: rt,
 }
 
 
 @pytest.mark.parametrize("label", list(POLICY_OBJECTS))
 def test_policy_objects_repr_hide_provider_keys(gateway: RunningGateway, label: str) -> None:
-    """The parsed policy (and the runtime built from it) end up in reprs, debuggers and error
+    """The parsed policy (and the services built from it) end up in reprs, debuggers and error
     reports; the provider API keys in it must be redacted there too."""
-    runtime = gateway.app_state.pipeline.runtime
+    runtime = gateway.app_state.services
     assert runtime.policy.providers["mock"].api_key == OPENAI_CANARY  # the key is there...
     obj = POLICY_OBJECTS[label](runtime)
     shown = repr(obj) + str(obj)

@@ -113,4 +113,4 @@ def test_routes_without_semantic_cache_never_load_the_model(gateway: RunningGate
             model="auto", messages=[{"role": "user", "content": text}], temperature=0
         )
         assert raw.headers["x-switchyard-cache"] == "miss"
-    assert gateway.app_state.pipeline.semantic._embedder is None
+    assert gateway.app_state.services.semantic._embedder is None

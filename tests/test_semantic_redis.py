@@ -15,8 +15,11 @@ from gateway.cache.semantic import SemanticCache
 from gateway.cache.semantic_key import semantic_key
 from gateway.cache.semantic_redis import RedisSemanticStore
 from gateway.cache.verifier import load_verifier
+from gateway.flow.services import TaskOwner
 from tests.conftest import service_unavailable
 from tests.semcache_support import embedder  # noqa: F401
+
+TASKS = TaskOwner()  # the background writes and followers of the stores under test
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 pytestmark = pytest.mark.redis
@@ -56,8 +59,8 @@ async def wait_for(cond: Any, timeout: float = 5.0) -> bool:
 async def test_second_replica_rebuilds_and_follows(prefix: str, embedder: Any) -> None:  # noqa: F811
     verifier = load_verifier()
     one, two = SemanticCache(verifier), SemanticCache(verifier)
-    store_one = RedisSemanticStore(REDIS_URL, prefix=prefix)
-    store_two = RedisSemanticStore(REDIS_URL, prefix=prefix)
+    store_one = RedisSemanticStore(REDIS_URL, prefix=prefix, spawn=TASKS.spawn)
+    store_two = RedisSemanticStore(REDIS_URL, prefix=prefix, spawn=TASKS.spawn)
     try:
         assert await store_one.start(one) == 0
         k = key_of("How can I reset my password?")
@@ -87,13 +90,16 @@ async def test_second_replica_rebuilds_and_follows(prefix: str, embedder: Any) -
 
 async def test_entries_expire_in_redis(prefix: str, embedder: Any) -> None:  # noqa: F811
     cache = SemanticCache(load_verifier())
-    store = RedisSemanticStore(REDIS_URL, prefix=prefix)
+    store = RedisSemanticStore(REDIS_URL, prefix=prefix, spawn=TASKS.spawn)
     try:
         await store.start(cache)
         k = key_of("How can I reset my password?")
         cache.insert(k.context, k.text, embedder.encode([k.text])[0], b"x", 0.3)
         await asyncio.sleep(0.6)
-        late, reader = SemanticCache(load_verifier()), RedisSemanticStore(REDIS_URL, prefix=prefix)
+        late, reader = (
+            SemanticCache(load_verifier()),
+            RedisSemanticStore(REDIS_URL, prefix=prefix, spawn=TASKS.spawn),
+        )
         try:
             assert await reader.load(late) == 0
         finally:
@@ -107,7 +113,9 @@ async def test_entries_expire_in_redis(prefix: str, embedder: Any) -> None:  # n
 async def test_redis_down_degrades_to_local_cache(embedder: Any) -> None:  # noqa: F811
     errors: list[int] = []
     cache = SemanticCache(load_verifier())
-    store = RedisSemanticStore("redis://127.0.0.1:1/0", timeout_s=0.2, on_error=lambda: errors.append(1))
+    store = RedisSemanticStore(
+        "redis://127.0.0.1:1/0", timeout_s=0.2, on_error=lambda: errors.append(1), spawn=TASKS.spawn
+    )
     try:
         assert await store.start(cache) == 0  # nothing to rebuild from; no exception
         k = key_of("How can I reset my password?")

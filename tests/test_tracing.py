@@ -5,6 +5,7 @@ redis-py its metrics SDK when installed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -28,7 +29,7 @@ HELLO = [{"role": "user", "content": "hello there"}]
 
 
 def _spans(gw: RunningGateway, exporter: InMemorySpanExporter) -> dict[str, Any]:
-    gw.app_state.pipeline.tracer.provider.force_flush()
+    gw.app_state.services.tracer.provider.force_flush()
     return {s.attributes["switchyard.request_id"]: s for s in exporter.get_finished_spans()}
 
 
@@ -36,7 +37,7 @@ def test_spans_carry_genai_attributes(gateway: RunningGateway, mock: MockUpstrea
     exporter = InMemorySpanExporter()
     tracer = build_tracer(None, exporter=exporter)
     assert tracer is not None
-    gateway.app_state.pipeline.tracer = tracer
+    gateway.app_state.gateway.swap(dataclasses.replace(gateway.app_state.services, tracer=tracer))
     ok = gateway.post("/v1/chat/completions", {"model": "auto", "messages": HELLO, "temperature": 0})
     hit = gateway.post("/v1/chat/completions", {"model": "auto", "messages": HELLO, "temperature": 0})
     streamed = gateway.post(
@@ -99,16 +100,14 @@ class _Receiver(BaseHTTPRequestHandler):
         pass
 
 
-def test_otlp_http_export_to_a_local_receiver(
-    tmp_path: Path, mock: MockUpstream, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_otlp_http_export_to_a_local_receiver(tmp_path: Path, mock: MockUpstream) -> None:
     _Receiver.bodies = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    monkeypatch.setenv("SWITCHYARD_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_port}/v1/traces")
+    endpoint = f"http://127.0.0.1:{server.server_port}/v1/traces"
     try:
-        gw = start_gateway(tmp_path, mock_policy(mock.base_url))
+        gw = start_gateway(tmp_path, mock_policy(mock.base_url), otlp_endpoint=endpoint)
         try:
             r = gw.post("/v1/chat/completions", {"model": "auto", "messages": HELLO})
             assert r.status_code == 200
@@ -139,7 +138,7 @@ def test_tracing_off_by_default_and_otel_never_imported() -> None:
     code = (
         "import sys, asyncio\n"
         "from gateway.api.app import create_app\n"
-        "from gateway.pipeline import Pipeline\n"
+        "import gateway.flow.pipeline\n"
         "create_app()\n"
         "sdk = [m for m in sys.modules if m.startswith(('opentelemetry.sdk.trace', 'opentelemetry.exporter'))]\n"
         "assert not sdk, sdk\n"

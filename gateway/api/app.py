@@ -1,4 +1,5 @@
-"""The FastAPI application factory and its lifespan (everything is built here, nothing at import)."""
+"""The FastAPI application factory and its lifespan: the gateway is built by
+gateway/bootstrap.py at start-up (nothing at import) and closed at shutdown."""
 
 from __future__ import annotations
 
@@ -10,22 +11,14 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from gateway import __version__
+from gateway import __version__, bootstrap
 from gateway.api import admin, dashboard
 from gateway.api.errors import install_error_handlers
 from gateway.api.fastpath import FastPath
 from gateway.api.overload import AdmissionGate
 from gateway.api.routes import HOT_ROUTES, router
 from gateway.api.state import AppState
-from gateway.cache.semantic_layer import SemanticLayer
-from gateway.config.loader import load_policy
 from gateway.config.settings import Settings
-from gateway.ledger.open import open_ledger
-from gateway.limits.keys import KeyCache
-from gateway.limits.stores import open_key_store
-from gateway.pipeline import Pipeline
-from gateway.runtime import build_runtime, close_parts
-from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("switchyard")
 
@@ -48,35 +41,13 @@ def create_app(settings: Settings | None = None) -> AdmissionGate:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        policy = load_policy(settings.policy_path)  # a bad policy stops start-up with its errors
-        metrics = Metrics()
-        runtime, _ = build_runtime(policy, None, settings.redis_url, metrics.count_cache_error)
-        settings.home.mkdir(parents=True, exist_ok=True)
-        ledger = open_ledger(settings.ledger_url, home=settings.home)  # postgresql://: outbox in home
-        ledger.start()
-        key_store = open_key_store(settings)  # PostgreSQL ledger: keys shared there
-        state = AppState(
-            settings=settings,
-            pipeline=Pipeline(runtime, ledger, metrics),
-            keys=KeyCache(key_store),
-            ledger=ledger,
-            metrics=metrics,
-        )
-        state.redact_with_current_secrets()
-        app.state.sy = state
-        state.pipeline.semantic = SemanticLayer(
-            settings.redis_url, home=settings.home, on_redis_error=metrics.count_cache_error
-        )
-        state.spawn(state.pipeline.semantic.warm(policy))  # loads the embedder only if a route uses it
-        await admin.start(app, state)  # limits (Redis), budget seeding, tracing
+        gateway = await bootstrap.start(settings)  # a bad policy stops start-up with its errors
+        app.state.sy = AppState(gateway)
         loop = asyncio.get_running_loop()
         sighup = False
         with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
-            loop.add_signal_handler(signal.SIGHUP, lambda: state.spawn(state.reload()))
+            loop.add_signal_handler(signal.SIGHUP, lambda: gateway.tasks.spawn(gateway.reload()))
             sighup = True
-        if settings.policy_watch_s > 0:
-            state.spawn(state.watch_policy(settings.policy_watch_s))
-        state.spawn(runtime.engines.run(metrics.record_engine))  # engine /metrics probe (idle if none)
         log.info(
             "switchyard %s ready: policy %s, ledger %s",
             __version__,
@@ -88,22 +59,9 @@ def create_app(settings: Settings | None = None) -> AdmissionGate:
         finally:
             if sighup:
                 loop.remove_signal_handler(signal.SIGHUP)
-            await state.pipeline.aclose()
-            await admin.stop(state)
-            for task in list(state.tasks):
-                task.cancel()
-            await asyncio.gather(*state.tasks, return_exceptions=True)  # let them clean up
-            await close_parts([*state.pipeline.runtime.providers.values(), state.pipeline.runtime.cache])
-            await asyncio.to_thread(ledger.close)
-            key_store.close()
+            await gateway.aclose()
 
-    app = FastAPI(
-        title="Switchyard",
-        version=__version__,
-        lifespan=lifespan,
-        docs_url=None,
-        redoc_url=None,
-    )
+    app = FastAPI(title="Switchyard", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(admin.router)

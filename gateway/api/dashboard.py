@@ -11,7 +11,7 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from gateway.api.admin import require_admin
+from gateway.api.auth import require_admin
 from gateway.api.state import AppState
 from gateway.core.errors import SwitchyardError
 
@@ -29,7 +29,7 @@ _SECURITY = {
 def _guard(request: Request) -> Response | None:
     state: AppState = request.app.state.sy
     try:
-        require_admin(request, state.settings.admin_key)
+        require_admin(request.headers, state.services.settings.admin_key)
     except SwitchyardError as exc:
         headers = {"www-authenticate": 'Basic realm="switchyard admin", charset="UTF-8"'}
         body = f"{exc.message}. Sign in with any user name and the admin key as the password.\n"

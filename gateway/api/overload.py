@@ -14,20 +14,14 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.core.errors import OverloadedError
+
 EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 def shed_body() -> bytes:
-    return orjson.dumps(
-        {
-            "error": {
-                "message": "The gateway is at capacity; retry after the time in the Retry-After header",
-                "type": "server_error",
-                "param": None,
-                "code": "overloaded",
-            }
-        }
-    )
+    error = OverloadedError("The gateway is at capacity; retry after the time in the Retry-After header")
+    return orjson.dumps(error.to_body())
 
 
 class AdmissionGate:
@@ -52,8 +46,9 @@ class AdmissionGate:
             sy = self._sy = getattr(self._owner.state, "sy", None)
             if sy is None:
                 return None, 1, None
-        server = sy.pipeline.runtime.policy.server
-        return server.max_in_flight, server.overload_retry_after_s, sy.metrics
+        svc = sy.services
+        server = svc.policy.server
+        return server.max_in_flight, server.overload_retry_after_s, svc.metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in EXEMPT_PATHS:

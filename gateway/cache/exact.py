@@ -9,22 +9,9 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Protocol
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
-
-
-class ExactCache(Protocol):
-    backend: str
-
-    async def get(self, key: str) -> bytes | None: ...
-
-    async def set(self, key: str, value: bytes, ttl: float) -> None: ...
-
-    async def ping(self) -> bool: ...
-
-    async def aclose(self) -> None: ...
 
 
 class MemoryCache:

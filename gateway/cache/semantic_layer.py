@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.cache.semantic_key import SemanticKey, semantic_key
 from gateway.config.policy import CachePolicy, Policy
+from gateway.core.ports import Spawn, TaskHandle
 
 if TYPE_CHECKING:
     from gateway.cache.embedder import Embedder
@@ -44,7 +45,9 @@ class SemanticLayer:
         backend: str = "auto",
         home: Path | None = None,
         on_redis_error: Callable[[], None] | None = None,
+        spawn: Spawn,
     ) -> None:
+        self._spawn = spawn
         self._redis_url = redis_url
         self._backend = backend
         self._home = home
@@ -54,7 +57,7 @@ class SemanticLayer:
         self._cache: SemanticCache | None = None
         self._config: tuple[object, ...] | None = None
         self._store: RedisSemanticStore | None = None
-        self._retired: list[Any] = []
+        self._starting: list[TaskHandle] = []
 
     # ------------------------------------------------------------------ shared embedder
     async def embedder(self) -> Embedder:
@@ -109,12 +112,11 @@ class SemanticLayer:
             red: Any = importlib.import_module("gateway.cache.semantic_redis")
             store: RedisSemanticStore = red.RedisSemanticStore(
                 url, prefix=c.semantic_redis_prefix, max_entries=c.semantic_max_entries,
-                on_error=self._on_redis_error,
+                on_error=self._on_redis_error, spawn=self._spawn,
             )  # fmt: skip
             self._store = store
             cache.sink = store
-            task = asyncio.get_running_loop().create_task(store.start(cache))  # rebuild in the background
-            self._retired.append(task)
+            self._starting.append(self._spawn(store.start(cache)))  # rebuild in the background
         if old_store is not None:
             await old_store.aclose()
         if old_cache is not None:
@@ -141,12 +143,9 @@ class SemanticLayer:
             self._cache.insert(result.key.context, result.key.text, result.vector, payload, ttl)
 
     async def aclose(self) -> None:
-        for task in self._retired:
-            if isinstance(task, asyncio.Task):
-                task.cancel()
-        await asyncio.gather(
-            *(t for t in self._retired if isinstance(t, asyncio.Task)), return_exceptions=True
-        )
+        for task in self._starting:
+            task.cancel()
+        await asyncio.gather(*self._starting, return_exceptions=True)
         if self._store is not None:
             await self._store.aclose()
         if self._cache is not None:

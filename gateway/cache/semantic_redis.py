@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from gateway.cache.semantic import Entry, SemanticCache, Vector
 from gateway.cache.semantic_index import DIM
+from gateway.core.ports import Spawn, TaskHandle
 
 log = logging.getLogger("switchyard.semcache")
 
@@ -48,14 +49,16 @@ class RedisSemanticStore:
         timeout_s: float = 0.5,
         max_entries: int = 100_000,
         on_error: Callable[[], None] | None = None,
+        spawn: Spawn,
     ) -> None:
         self.prefix = prefix
+        self._spawn = spawn
         self.replica = uuid.uuid4().hex[:12]
         self.max_entries = max_entries
         self._redis: Any = aioredis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         self._on_error = on_error
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._follower: asyncio.Task[None] | None = None
+        self._tasks: set[TaskHandle] = set()  # writes in flight
+        self._follower: TaskHandle | None = None
         self.errors = 0
         self.loaded = 0
         self.followed = 0
@@ -75,9 +78,8 @@ class RedisSemanticStore:
 
     # ------------------------------------------------------------------ write
     def put(self, entry: Entry, vector: Vector, ttl: float) -> None:
-        task = asyncio.get_running_loop().create_task(self._put(entry, vector, ttl))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks = {t for t in self._tasks if not t.done()}
+        self._tasks.add(self._spawn(self._put(entry, vector, ttl)))
 
     async def _put(self, entry: Entry, vector: Vector, ttl: float) -> None:
         fields = {
@@ -139,7 +141,7 @@ class RedisSemanticStore:
         except (RedisError, OSError) as exc:
             self._error("stream", exc)
         added = await self.load(cache)
-        self._follower = asyncio.get_running_loop().create_task(self._follow(cache, last))
+        self._follower = self._spawn(self._follow(cache, last))
         return added
 
     async def _follow(self, cache: SemanticCache, last: str) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from gateway.config.settings import Settings
+from gateway.flow.services import TaskOwner
 from gateway.ledger.query import LedgerUnavailable, spent_since
 from gateway.ledger.report import (
     BUCKETS,
@@ -300,7 +301,7 @@ def cmd_budgets_list(args: argparse.Namespace) -> int:
     url = _url(args)
     try:
         with _store() as store:
-            limits = Limits(key_limits=store.all_limits)
+            limits = Limits(key_limits=store.all_limits, spawn=TaskOwner().spawn)
 
             async def run() -> list[dict[str, Any]]:
                 await limits.seed(policy, lambda scope, since: spent_since(url, scope, since))

@@ -12,7 +12,6 @@ from gateway.core.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
-from gateway.core.types import ChatRequest, ChatResult, RequestContext, Usage
 
 __all__ = [
     "AuthenticationError",
@@ -23,7 +22,6 @@ __all__ = [
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "RateLimitError",
-    "RequestContext",
     "ServiceUnavailableError",
     "SwitchyardError",
     "UpstreamError",

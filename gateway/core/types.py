@@ -11,7 +11,7 @@ Conventions:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -151,15 +151,22 @@ class Principal:
     allowed_models: frozenset[str] | None = None  # None: every model/route the policy exposes
 
 
-@dataclass(slots=True)
-class RequestContext:
-    """Per-request facts gathered on the way through; mutable, owned by one request."""
+@dataclass(frozen=True, slots=True)
+class RequestFacts:
+    """What one finished request tells the tracer."""
 
     request_id: str
-    principal: Principal
-    started: float  # time.perf_counter() at arrival
-    started_wall: float  # time.time() at arrival
-    cache_control_no_cache: bool = False
-    upstream_seconds: float = 0.0
-    attempts: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    started_wall: float  # unix seconds
+    endpoint: str
+    requested_model: str
+    route: str
+    target: Target | None
+    provider_type: str | None  # "openai" | "anthropic" (gen_ai.provider.name)
+    usage: Usage
+    cost: Decimal | None
+    baseline: Decimal | None
+    cache: str
+    status: str
+    http_status: int
+    error_code: str | None
+    tenant: str

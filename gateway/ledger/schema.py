@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Final
 
-from gateway.ledger.row import LedgerRow
+from gateway.core.ledger_row import LedgerRow
 
 TABLE: Final = "ledger"
 SCHEMA_VERSION: Final = 2

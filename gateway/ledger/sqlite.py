@@ -10,7 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Final, TypeVar
 
-from gateway.ledger.row import LedgerRow
+from gateway.core.ledger_row import LedgerRow
 from gateway.ledger.schema import (
     COLUMNS,
     MIGRATIONS_TABLE_SQL,

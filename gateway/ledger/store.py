@@ -32,8 +32,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from gateway.core.ledger_row import LedgerRow
 from gateway.ledger.query import spent_since
-from gateway.ledger.row import LedgerRow
 from gateway.ledger.sqlite import (
     BUSY_TIMEOUT_MS,
     COLUMNS,

@@ -21,6 +21,7 @@ import orjson
 
 from gateway.config.policy import BudgetPolicy, Policy, RoutePolicy
 from gateway.core.errors import ServiceUnavailableError
+from gateway.core.ports import Spawn, TaskHandle
 from gateway.core.types import Target
 from gateway.limits.budgets import (
     BudgetLine,
@@ -67,6 +68,7 @@ class Limits:
         key_limits: Callable[[], dict[str, KeyLimits]] | None = None,
         on_backend_error: Callable[[str], None] | None = None,
         prompt_tokens: Callable[[Mapping[str, Any], str], int] = prompt_token_bound,
+        spawn: Spawn,
     ) -> None:
         self._prompt_tokens = prompt_tokens
         self.redis = redis
@@ -77,7 +79,8 @@ class Limits:
         self._key_limits: dict[str, KeyLimits] = {}
         self._key_limits_at = -math.inf
         self._on_error = on_backend_error
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._spawn_task = spawn  # Redis debits run in the background
+        self._tasks: set[TaskHandle] = set()
         self.plans = LimitPlans(self.key_limits)
 
     # ------------------------------------------------------------------ keys
@@ -299,9 +302,8 @@ class Limits:
             ) from None
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks = {t for t in self._tasks if not t.done()}
+        self._tasks.add(self._spawn_task(coro))
 
     async def aclose(self) -> None:
         if self._tasks:

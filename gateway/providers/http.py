@@ -70,7 +70,7 @@ def upstream_message(raw: bytes, limit: int = 300) -> str:
 
 
 def status_error(provider: str, status: int, headers: Mapping[str, str], raw: bytes) -> SwitchyardError:
-    """Map a non-2xx upstream answer to the error tree (see providers/base.py)."""
+    """Map a non-2xx upstream answer to the error tree (see gateway/core/ports.py, Provider)."""
     detail = upstream_message(raw)
     suffix = f": {detail}" if detail else ""
     if status == 429:

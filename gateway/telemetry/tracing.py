@@ -11,36 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
-from gateway.core.types import Target, Usage
+from gateway.core.types import RequestFacts
 
 log = logging.getLogger("switchyard")
 
 OPERATION = {"chat": "chat", "completions": "text_completion", "embeddings": "embeddings"}
-
-
-@dataclass(frozen=True, slots=True)
-class RequestFacts:
-    """What one finished request tells the tracer."""
-
-    request_id: str
-    started_wall: float  # unix seconds
-    endpoint: str
-    requested_model: str
-    route: str
-    target: Target | None
-    provider_type: str | None  # "openai" | "anthropic" (gen_ai.provider.name)
-    usage: Usage
-    cost: Decimal | None
-    baseline: Decimal | None
-    cache: str
-    status: str
-    http_status: int
-    error_code: str | None
-    tenant: str
 
 
 def span_attributes(f: RequestFacts) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""One ledger row: everything the dollar ledger keeps about one request."""
+"""One ledger row (a plain record, no I/O): everything the dollar ledger keeps about one request."""
 
 from __future__ import annotations
 

@@ -1,0 +1,327 @@
+"""The one composition root: Settings + Policy -> Services; reload -> new Services; shutdown.
+
+This is the only module that calls the constructors of the parts that do I/O (ledger, key
+store, caches, Redis limits, providers, tracer). The HTTP app (gateway/api/app.py) and the CLI
+start a ``Gateway`` here and read ``gateway.services``; nothing else builds or patches parts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from gateway.cache.exact import MemoryCache, RedisCache
+from gateway.cache.semantic_layer import SemanticLayer
+from gateway.config.loader import PolicyError, load_policy
+from gateway.config.policy import CachePolicy, Policy, ProviderPolicy
+from gateway.config.settings import Settings
+from gateway.core.ports import ExactCache, Ledger, Provider, Tracer
+from gateway.flow.services import Services, TaskOwner
+from gateway.ledger.open import open_ledger
+from gateway.ledger.tokens import count_prompt_tokens
+from gateway.limits.gate import Limits, prompt_token_bound
+from gateway.limits.keys import KeyCache, KeyStoreBase
+from gateway.limits.redis_store import RedisStore
+from gateway.limits.stores import open_key_store
+from gateway.providers.anthropic import AnthropicProvider
+from gateway.providers.openai_compat import OpenAICompatProvider
+from gateway.providers.replicated import ReplicatedProvider
+from gateway.routing.balancer import ReplicaBalancer
+from gateway.routing.breaker import BreakerBoard
+from gateway.routing.engine_load import EngineBoard
+from gateway.routing.router import Router
+from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.redaction import Redactor, install
+from gateway.telemetry.tracing import build_tracer
+
+log = logging.getLogger("switchyard")
+
+RETIRE_GRACE_S = 120.0  # retired providers/caches close after in-flight requests had time to end
+
+
+# --------------------------------------------------------------------------- the parts
+def _provider_key(p: ProviderPolicy) -> tuple[object, ...]:
+    engine = (tuple(p.replicas), p.balance, p.affinity) if p.replicas else ()
+    return (p.type, p.base_url, p.api_key, tuple(sorted(p.headers.items())), *engine)
+
+
+def _provider(name: str, p: ProviderPolicy, engines: EngineBoard) -> Provider:
+    if p.replicas:  # an engine with replicas: one client per replica behind a balancer
+        balancer = ReplicaBalancer(
+            p.replicas,
+            p.balance,
+            prefix_chars=p.affinity.prefix_chars,
+            load_factor=p.affinity.load_factor,
+            available=lambda url: engines.replica_available(name, url),
+        )
+        clients = [OpenAICompatProvider(name, url, p.api_key, p.headers) for url in p.replicas]
+        return ReplicatedProvider(name, clients, balancer)
+    if p.type == "anthropic":
+        return AnthropicProvider(name, p.base_url, p.api_key, p.headers)
+    return OpenAICompatProvider(name, p.base_url, p.api_key, p.headers)
+
+
+def _exact_cache(c: CachePolicy, settings: Settings, metrics: Metrics) -> ExactCache:
+    """Redis when SWITCHYARD_REDIS_URL is set (replicas share one Redis) or the policy asks
+    for it; otherwise the in-process LRU."""
+    url = settings.redis_url or (c.redis_url if c.backend == "redis" else None)
+    if url:
+        return RedisCache(url, c.redis_timeout_s, c.max_entry_bytes, on_error=metrics.count_cache_error)
+    return MemoryCache(c.max_bytes, c.max_entry_bytes)
+
+
+def prompt_tokens(body: Mapping[str, Any], model: str) -> int:
+    """Prompt tokens for a budget reservation: the tokenizer's count plus 1/8 and 8 tokens of
+    margin (other vendors' tokenizers count a little differently); the byte bound if the
+    tokenizer fails."""
+    try:
+        n = count_prompt_tokens(dict(body), model)
+    except Exception:
+        return prompt_token_bound(body)
+    return n + n // 8 + 8
+
+
+def _limits(
+    settings: Settings, policy: Policy, keys: KeyStoreBase, metrics: Metrics, tasks: TaskOwner
+) -> Limits:
+    lp = policy.limits
+    url = settings.redis_url or lp.redis_url
+    redis = RedisStore(url, lp.redis_prefix, lp.redis_timeout_s) if url else None
+    limits = Limits(
+        redis,
+        prompt_tokens=prompt_tokens,
+        fail_open=lp.on_redis_error == "open",
+        key_limits=keys.all_limits,
+        on_backend_error=lambda action: metrics.limits_backend_errors.labels(action).inc(),
+        spawn=tasks.spawn,
+    )
+    limits.refresh_key_limits()
+    if redis is None and settings.multiprocess_dir and limits.configured(policy):
+        log.warning(
+            "budgets are kept per worker process without Redis: with --workers N each worker "
+            "may spend a whole budget; set SWITCHYARD_REDIS_URL (or limits.redis_url)"
+        )
+    return limits
+
+
+async def seed_budgets(limits: Limits, policy: Policy, ledger: Ledger) -> None:
+    """Start every budget at what its period already spent, as the ledger itself counts it (a
+    PostgreSQL ledger includes the rows still waiting in its outbox)."""
+
+    def spent(scope: str, since_ts: float) -> dict[str, Decimal]:
+        try:
+            return ledger.spent_since(scope, since_ts)
+        except Exception:
+            log.exception("could not read spend from the ledger to seed the budgets")
+            return {}
+
+    started = time.perf_counter()
+    await limits.seed(policy, spent)
+    log.debug("budgets seeded in %.1f ms", (time.perf_counter() - started) * 1000)
+
+
+def _tracer(settings: Settings, policy: Policy) -> Tracer | None:
+    endpoint = settings.otlp_endpoint or policy.telemetry.otlp_endpoint
+    return build_tracer(endpoint, policy.telemetry.service_name) if endpoint else None
+
+
+def rebuild(previous: Services, policy: Policy) -> tuple[Services, list[object]]:
+    """Services for a new policy, reusing the providers and cache whose configuration did not
+    change; returns the retired parts too (closed after a grace period)."""
+    old = previous.policy.providers
+    providers: dict[str, Provider] = {}
+    for name, cfg in policy.providers.items():
+        same = name in old and name in previous.providers and _provider_key(old[name]) == _provider_key(cfg)
+        providers[name] = previous.providers[name] if same else _provider(name, cfg, previous.engines)
+    retired: list[object] = [p for n, p in previous.providers.items() if providers.get(n) is not p]
+    cache = previous.cache
+    if previous.policy.cache != policy.cache:
+        cache = _exact_cache(policy.cache, previous.settings, previous.metrics)
+        retired.append(previous.cache)
+    previous.engines.configure(policy)
+    previous.breakers.configure(policy.breaker.failure_threshold, policy.breaker.open_seconds)
+    services = Services(
+        settings=previous.settings,
+        policy=policy,
+        router=Router(policy),
+        providers=providers,
+        cache=cache,
+        semantic=previous.semantic,
+        limits=previous.limits,
+        ledger=previous.ledger,
+        keys=previous.keys,
+        metrics=previous.metrics,
+        breakers=previous.breakers,
+        engines=previous.engines,
+        tasks=previous.tasks,
+        tracer=previous.tracer,
+        secrets=_secrets(policy),
+    )
+    return services, retired
+
+
+def _secrets(policy: Policy) -> tuple[str, ...]:
+    """The provider API keys (for redaction)."""
+    return tuple(p.api_key for p in policy.providers.values() if p.api_key)
+
+
+def _warn_unconfigured(policy: Policy) -> None:
+    unconfigured = [n for n, p in policy.providers.items() if not p.configured]
+    if unconfigured:
+        log.warning("providers without an API key are skipped by the router: %s", ", ".join(unconfigured))
+
+
+# --------------------------------------------------------------------------- the gateway
+class Gateway:
+    """A running gateway: the current ``Services``, hot reload, and shutdown."""
+
+    def __init__(self, services: Services, key_store: KeyStoreBase) -> None:
+        self._services = services
+        self._key_store = key_store
+        self._reload_lock = asyncio.Lock()
+        self._redact()
+
+    @property
+    def services(self) -> Services:
+        return self._services
+
+    def swap(self, services: Services) -> None:
+        """Install a new bundle whole (a reload does; tests inject a part this way)."""
+        self._services = services
+        self._redact()
+
+    @property
+    def settings(self) -> Settings:
+        return self._services.settings
+
+    @property
+    def tasks(self) -> TaskOwner:
+        return self._services.tasks
+
+    def _redact(self) -> None:
+        admin = self.settings.admin_key.get() if self.settings.admin_key else ""
+        install(Redactor((*self._services.secrets, admin)))
+
+    async def reload(self) -> PolicyError | None:
+        """Load the policy file again. On any problem keep the running policy and return the
+        error (with every problem); None means the new policy is live."""
+        async with self._reload_lock:
+            svc = self._services
+            try:
+                policy = await asyncio.to_thread(load_policy, svc.settings.policy_path)
+                if not (policy.providers or policy.models or policy.routes) and svc.policy.routes:
+                    # An empty file parses as an empty policy; on a reload it is a file caught
+                    # mid-write (or truncated), not a wish to drop every route.
+                    raise PolicyError(
+                        str(svc.settings.policy_path),
+                        [("", "the policy file is empty (being written?); it would remove every route")],
+                    )
+                fresh, retired = rebuild(svc, policy)
+            except PolicyError as exc:
+                svc.metrics.policy_reloads.labels("error").inc()
+                log.warning("policy reload rejected, keeping the running policy:\n%s", exc.render())
+                return exc
+            self.swap(fresh)
+            _warn_unconfigured(policy)
+            svc.metrics.policy_reloads.labels("ok").inc()
+            log.info("policy reloaded from %s", svc.settings.policy_path)
+            if retired:
+                self.tasks.daemon(_close_later(retired, RETIRE_GRACE_S))
+            return None
+
+    async def watch_policy(self, interval: float) -> None:
+        """Reload when the policy file changes (every worker process watches on its own, so
+        `--workers N` and Kubernetes ConfigMap updates converge without a signal)."""
+        path = self.settings.policy_path
+        last = _file_stamp(path)
+        while True:
+            await asyncio.sleep(interval)
+            stamp = _file_stamp(path)
+            if stamp != last and stamp is not None:
+                last = stamp
+                await self.reload()
+
+    async def aclose(self) -> None:
+        svc = self._services
+        await svc.semantic.aclose()
+        await svc.tasks.aclose()
+        await svc.limits.aclose()
+        if svc.tracer is not None:
+            svc.tracer.shutdown()
+        await close_parts([*svc.providers.values(), svc.cache])
+        await asyncio.to_thread(svc.ledger.close)
+        self._key_store.close()
+
+
+async def start(settings: Settings) -> Gateway:
+    """Build everything for ``settings`` (a bad policy raises PolicyError with every problem),
+    start the ledger writer and the background tasks, seed the budgets."""
+    policy = load_policy(settings.policy_path)
+    metrics, tasks = Metrics(), TaskOwner()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    ledger = open_ledger(settings.ledger_url, home=settings.home)  # postgresql://: outbox in home
+    ledger.start()
+    key_store = open_key_store(settings)  # PostgreSQL ledger: keys shared there
+    limits = _limits(settings, policy, key_store, metrics, tasks)
+    await seed_budgets(limits, policy, ledger)
+    engines = EngineBoard()
+    engines.configure(policy)
+    semantic = SemanticLayer(
+        settings.redis_url, home=settings.home, on_redis_error=metrics.count_cache_error, spawn=tasks.spawn
+    )
+    services = Services(
+        settings=settings,
+        policy=policy,
+        router=Router(policy),
+        providers={n: _provider(n, p, engines) for n, p in policy.providers.items()},
+        cache=_exact_cache(policy.cache, settings, metrics),
+        semantic=semantic,
+        limits=limits,
+        ledger=ledger,
+        keys=KeyCache(key_store),
+        metrics=metrics,
+        breakers=BreakerBoard(policy.breaker.failure_threshold, policy.breaker.open_seconds),
+        engines=engines,
+        tasks=tasks,
+        tracer=_tracer(settings, policy),
+        secrets=_secrets(policy),
+    )
+    _warn_unconfigured(policy)
+    gateway = Gateway(services, key_store)
+    tasks.spawn(semantic.warm(policy))  # loads the embedder only if a route uses it
+    tasks.daemon(engines.run(metrics.record_engine))  # engine /metrics probe (idle if none)
+    if settings.policy_watch_s > 0:
+        tasks.daemon(gateway.watch_policy(settings.policy_watch_s))
+    return gateway
+
+
+# --------------------------------------------------------------------------- closing
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+async def _close_later(parts: list[object], delay: float) -> None:
+    """Close retired providers/caches once in-flight requests had time to finish (at once
+    when the gateway shuts down first and cancels this task)."""
+    try:
+        await asyncio.sleep(delay)
+    finally:
+        await close_parts(parts)
+
+
+async def close_parts(parts: list[object]) -> None:
+    for part in parts:
+        closer = getattr(part, "aclose", None)
+        if closer is not None:
+            try:
+                await closer()
+            except Exception:  # closing must never take the gateway down
+                log.exception("closing %s failed", type(part).__name__)

@@ -1,0 +1,210 @@
+"""The ports: what the request flow (gateway/flow/) needs from the parts that do I/O.
+
+The flow names these Protocols, never a concrete store; gateway/bootstrap.py builds the real
+parts (SQLite/PostgreSQL ledger, Redis or in-process caches, HTTP providers) and tests hand
+in-memory fakes through the same doors.
+
+core names nothing of ours outside itself, so a few parameters that are policy objects
+(``gateway.config.policy.Policy`` / ``RoutePolicy``) are typed ``PolicyT`` (``Any``), and the
+limits' reservation and budget candidate are opaque handles the flow only passes back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from decimal import Decimal
+from typing import Any, Protocol
+
+from gateway.core.ledger_row import LedgerRow
+from gateway.core.types import ChatResult, ChatStream, RawResult, RequestFacts, Target
+
+PolicyT = Any  # gateway.config.policy.Policy (or RoutePolicy where the name says route_policy)
+Reservation = Any  # opaque: what Limits.reserve handed out, given back to settle/release
+Candidate = Any  # opaque: Limits.candidate's budget view of one route plan
+
+
+class TaskHandle(Protocol):
+    """A started background task (an ``asyncio.Task``): its starter may cancel and await it."""
+
+    def cancel(self, msg: Any = None) -> bool: ...
+
+    def done(self) -> bool: ...
+
+    def __await__(self) -> Generator[Any, None, Any]: ...
+
+
+Spawn = Callable[[Coroutine[Any, Any, Any]], TaskHandle]
+"""Start a background task under the one task owner (gateway/flow/services.py, TaskOwner)."""
+
+
+class Provider(Protocol):
+    """One upstream API. It receives the OpenAI-shaped request body (``body["model"]`` is what
+    the client sent: send ``target.upstream_model``), speaks its vendor's wire format privately
+    and returns OpenAI-shaped results. It maps every failure to gateway.core.errors in one place:
+
+    - connect error / refused  -> UpstreamError(retryable=True, code="upstream_connect_error")
+    - timeout                  -> UpstreamTimeoutError
+    - HTTP 429                 -> UpstreamRateLimitedError(retry_after=<Retry-After seconds>)
+    - HTTP 5xx                 -> UpstreamError(upstream_status=..., retryable=True)
+    - HTTP 401/403/404         -> UpstreamError(retryable=False)  (config problem: next target)
+    - HTTP other 4xx           -> UpstreamRejectedError (client's fault: no retry, no fallback)
+    - non-JSON / malformed     -> UpstreamError(retryable=True, code="upstream_bad_response")
+
+    Error messages never contain the provider key or the request's content."""
+
+    name: str
+
+    async def chat(self, body: dict[str, Any], target: Target, timeout: float) -> ChatResult:
+        """Non-streaming chat completion. ``timeout`` bounds the whole call."""
+        ...
+
+    async def chat_stream(
+        self, body: dict[str, Any], target: Target, timeout: float, idle_timeout: float
+    ) -> ChatStream:
+        """Open a stream. Returns once the upstream accepted (status 200 and headers within
+        ``timeout``); each later chunk must arrive within ``idle_timeout``. The provider always
+        asks the upstream for usage, whatever the client asked."""
+        ...
+
+    async def completions(self, body: dict[str, Any], target: Target, timeout: float) -> RawResult:
+        """Legacy /v1/completions (non-streaming). Providers without it raise
+        UpstreamError(retryable=False, code="unsupported")."""
+        ...
+
+    async def embeddings(self, body: dict[str, Any], target: Target, timeout: float) -> RawResult:
+        """/v1/embeddings. Providers without it raise UpstreamError(retryable=False, code="unsupported")."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections (called once at shutdown)."""
+        ...
+
+
+class ExactCache(Protocol):
+    """Opaque bytes by key. A backend problem is a miss, never a failed request."""
+
+    backend: str  # "memory" | "redis"
+
+    async def get(self, key: str) -> bytes | None: ...
+
+    async def set(self, key: str, value: bytes, ttl: float) -> None: ...
+
+    async def ping(self) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Ledger(Protocol):
+    """The durable dollar ledger. ``submit`` resolves (True) once the row is committed, or
+    (False) once its batch kept failing for the ledger's wait timeout."""
+
+    def start(self) -> None: ...
+
+    def submit(self, row: LedgerRow) -> Awaitable[bool]: ...
+
+    def flush(self, timeout: float = 5.0) -> bool: ...
+
+    def pending(self) -> int: ...
+
+    def outbox_rows(self) -> int: ...
+
+    def healthy(self) -> bool: ...
+
+    def spent_since(self, scope: str, since_ts: float) -> dict[str, Decimal]:
+        """USD spent per key/tenant/route name since ``since_ts`` over every row the ledger
+        holds (a PostgreSQL ledger includes its outbox). Blocking: call it off the loop."""
+        ...
+
+    def close(self, timeout: float = 10.0) -> None: ...
+
+
+class SemanticMatch(Protocol):
+    """The best cached neighbour of a lookup (``payload`` set only on a hit)."""
+
+    @property
+    def hit(self) -> bool: ...
+
+    @property
+    def score(self) -> float: ...
+
+    @property
+    def payload(self) -> bytes | None: ...
+
+
+class SemanticResult(Protocol):
+    """One semantic lookup: the query vector (shared with the classifier) and the match."""
+
+    @property
+    def vector(self) -> Any: ...
+
+    @property
+    def lookup(self) -> SemanticMatch: ...
+
+    @property
+    def seconds(self) -> float: ...
+
+
+class Embedder(Protocol):
+    async def embed(self, text: str) -> Any: ...
+
+
+class SemanticLookup(Protocol):
+    """Embedder + semantic cache, loaded on first use (or warmed at start-up)."""
+
+    async def lookup(
+        self, policy: PolicyT, route: str, tenant: str, body: dict[str, Any]
+    ) -> SemanticResult | None: ...
+
+    def store(self, result: Any, payload: bytes, ttl: float) -> None: ...
+
+    async def embedder(self) -> Embedder: ...
+
+    async def warm(self, policy: PolicyT) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Limits(Protocol):
+    """Rate limits and budgets (in-process, or shared through Redis)."""
+
+    async def admit(self, policy: PolicyT, tenant: str, key_id: str | None) -> None:
+        """Raise RateLimitError (429 with Retry-After) when a rate limit refuses."""
+        ...
+
+    def candidate(
+        self, policy: PolicyT, route: str, kind: str, route_policy: PolicyT, targets: Sequence[Target]
+    ) -> Candidate: ...
+
+    async def reserve(
+        self,
+        policy: PolicyT,
+        tenant: str,
+        key_id: str | None,
+        body: Mapping[str, Any],
+        candidates: Sequence[Candidate],
+    ) -> tuple[int, Reservation | None]:
+        """Reserve the worst case on the first candidate whose budgets allow it: (its index,
+        the reservation or None when no budget applies); 429 ``budget_exceeded`` otherwise."""
+        ...
+
+    def settle(self, reservation: Reservation | None, cost: Decimal | None) -> None: ...
+
+    def release(self, reservation: Reservation | None) -> None: ...
+
+    def record_tokens(self, policy: PolicyT, key_id: str | None, tokens: int) -> None: ...
+
+    def refresh_key_limits(self) -> None: ...
+
+    async def status(self, policy: PolicyT) -> list[dict[str, Any]]: ...
+
+    async def seed(
+        self, policy: PolicyT, spent_since: Callable[[Any, float], Mapping[str, Decimal]]
+    ) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Tracer(Protocol):
+    def record(self, facts: RequestFacts) -> None: ...
+
+    def shutdown(self) -> None: ...

@@ -1,0 +1,60 @@
+"""The one typed record of a request: who asked, what for, where it went, what it cost.
+
+The HTTP layer opens an ``Exchange`` once it knows the caller; the flow fills it in step by
+step (plan, reservation, attempts, usage, cache status, decision); metering reads it once to
+leave the metrics, the budget settlement, the trace and the ledger row behind. One request
+owns one exchange; nothing else is carried in loose dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+
+from gateway.core.ports import Reservation, SemanticResult
+from gateway.core.types import Principal, Target, Usage
+from gateway.routing.plan import RoutePlan
+
+CACHE_HITS = ("hit", "semantic_hit")  # answered from a cache: cost 0, no upstream
+
+
+@dataclass(slots=True)
+class Exchange:
+    # who, and when (set by the HTTP layer)
+    request_id: str
+    principal: Principal
+    started: float  # time.perf_counter() at arrival
+    started_wall: float  # time.time() at arrival
+    no_cache: bool = False  # Cache-Control: no-cache / no-store: look up nothing, refresh after
+    # what (set when the flow starts)
+    endpoint: str = "chat"  # "chat" | "completions" | "embeddings"
+    requested: str = ""  # the model the client sent
+    stream: bool = False
+    # the decision
+    plan: RoutePlan | None = None
+    classifier_score: float | None = None
+    route_decision: str | None = None  # the tier the classifier picked
+    semantic: SemanticResult | None = None  # the semantic lookup, when the route ran one
+    embedding: object = None  # vector of the last user message (shared with the classifier)
+    reservation: Reservation | None = None  # what the budgets hold for this request
+    # the attempts
+    target: Target | None = None  # the target answering (or last tried)
+    attempts: int = 0
+    upstream_seconds: float = 0.0
+    # the outcome
+    usage: Usage = field(default_factory=Usage)
+    cache: str = "off"  # "off" | "bypass" | "miss" | "hit" | "semantic_hit"
+    status: str = "ok"  # "ok" | "error" | "client_disconnected" | "stream_broken"
+    http_status: int = 200
+    error_code: str | None = None
+    ttft: float | None = None
+    # metering
+    recorded: bool = False  # metering ran (exactly once per request)
+    commit: Awaitable[bool] | None = None  # the ledger row's commit, awaited before the end
+
+    @property
+    def cache_hit(self) -> bool:
+        return self.cache in CACHE_HITS
+
+    @property
+    def route(self) -> str:
+        return self.plan.name if self.plan is not None else ""

@@ -1,0 +1,127 @@
+"""The one orchestrator of a request: plan -> rate limits -> exact cache -> semantic cache ->
+classifier -> budget reservation -> provider (retries, fallbacks, breakers, engine spill-over)
+-> metering (flow/metering.py) -> caches. Streams continue in flow/stream.py.
+
+Handlers call ``chat`` / ``passthrough`` with the ``Services`` they read once and the
+request's ``Exchange``; nothing here knows HTTP, and I/O happens only through core.ports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.cache.semantic_key import last_user_text
+from gateway.core.errors import SwitchyardError
+from gateway.core.ports import Provider
+from gateway.core.redact import redact
+from gateway.core.types import ChatRequest, RawResult, Target
+from gateway.flow import caching
+from gateway.flow.exchange import Exchange
+from gateway.flow.metering import durable, record
+from gateway.flow.reply import Reply, headers
+from gateway.flow.services import Services
+from gateway.flow.stream import open_chat_stream
+from gateway.flow.upstream import attempt, estimate
+from gateway.routing.params import apply_params
+from gateway.routing.plan import RoutePlan
+from gateway.telemetry.prompt_log import log_exchange
+
+
+# --------------------------------------------------------------------------- entry points
+async def chat(svc: Services, req: ChatRequest, ex: Exchange) -> Reply:
+    ex.endpoint, ex.requested, ex.stream = "chat", req.model, req.stream
+    try:
+        plan = await _admit(svc, req.model, ex, "chat")
+        body = apply_params(req.body, plan.policy.params)
+        key = caching.cache_key(svc, plan, body, ex)
+        if key is not None and ex.cache == "miss":
+            hit = await caching.cache_get(svc, key)
+            if hit is not None:
+                return await durable(ex, caching.replay(svc, hit, req, ex, "hit"))
+            sem = await caching.semantic_get(svc, plan, body, ex)
+            if sem is not None and sem.lookup.payload is not None:
+                return await durable(ex, caching.replay(svc, sem.lookup.payload, req, ex, "semantic_hit"))
+        plan = await _classify(svc, plan, body, ex)
+        plan = await _reserve(svc, plan, body, ex)
+        if req.stream:
+            return await open_chat_stream(svc, plan, body, req, ex, key)
+        result = await attempt(svc, plan, ex, lambda p, t, s: p.chat(body, t, s))
+        ex.usage = result.usage
+        if result.usage.input_tokens is None or result.usage.output_tokens is None:
+            ex.usage = estimate(body, result.body, ex, result.usage)
+        payload = orjson.dumps(result.body)
+        log_exchange(svc.policy, ex.request_id, ex.principal.tenant, body, result.body)
+        if key is not None and caching.cacheable(result.body):
+            caching.store(svc, plan, ex, key, payload)
+    except SwitchyardError as exc:
+        await failed(svc, ex, exc)
+        raise
+    record(svc, ex)
+    return await durable(ex, Reply(headers(ex), body=payload))
+
+
+async def passthrough(svc: Services, endpoint: str, body: dict[str, Any], ex: Exchange) -> Reply:
+    """/v1/completions and /v1/embeddings: routed, retried, metered; not cached."""
+    ex.endpoint, ex.requested = endpoint, str(body.get("model"))
+    try:
+        plan = await _admit(svc, body.get("model"), ex, endpoint)
+        body = apply_params(body, plan.policy.params)
+        plan = await _reserve(svc, plan, body, ex)
+
+        async def call(provider: Provider, target: Target, timeout: float) -> RawResult:
+            if endpoint == "embeddings":
+                return await provider.embeddings(body, target, timeout)
+            return await provider.completions(body, target, timeout)
+
+        result = await attempt(svc, plan, ex, call)
+        ex.usage = result.usage
+    except SwitchyardError as exc:
+        await failed(svc, ex, exc)
+        raise
+    record(svc, ex)
+    return await durable(ex, Reply(headers(ex), body=orjson.dumps(result.body)))
+
+
+# --------------------------------------------------------------------------- steps
+async def _admit(svc: Services, model: object, ex: Exchange, kind: str) -> RoutePlan:
+    """Route the request, then apply the rate limits."""
+    plan = ex.plan = svc.router.plan(model, ex.principal, kind)
+    await svc.limits.admit(svc.policy, ex.principal.tenant, ex.principal.key_id)
+    return plan
+
+
+async def _classify(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exchange) -> RoutePlan:
+    """Routes with a classifier: score the last user message (reusing the semantic cache's
+    vector) and try the tier the score picks first (gateway/routing/tiers.py)."""
+    if plan.auto is None:
+        return plan
+    choice = await plan.auto.choose(plan, last_user_text(body), ex.embedding, svc.semantic.embedder)
+    ex.classifier_score, ex.route_decision = choice.score, choice.tier
+    svc.metrics.route_decisions.labels(plan.name, choice.tier).inc()
+    ex.plan = choice.plan
+    return choice.plan
+
+
+async def _reserve(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exchange) -> RoutePlan:
+    """Reserve the worst-case cost on the budgets; spill to the route's fallback if asked."""
+    plans = [plan]
+    spill = plan.policy.on_budget_exceeded.spill_to
+    if spill is not None:
+        plans.append(svc.router.plan(spill, ex.principal, plan.kind))
+    cands = [svc.limits.candidate(svc.policy, p.name, p.kind, p.policy, p.targets) for p in plans]
+    who = ex.principal
+    index, ex.reservation = await svc.limits.reserve(svc.policy, who.tenant, who.key_id, body, cands)
+    ex.plan = plans[index]
+    return plans[index]
+
+
+# --------------------------------------------------------------------------- bookkeeping
+async def failed(svc: Services, ex: Exchange, exc: SwitchyardError) -> None:
+    """A request that ends in an error: redact the message, record the row, wait for it."""
+    exc.message = redact(exc.message, svc.secrets)  # upstreams may echo our keys
+    ex.status, ex.http_status, ex.error_code = "error", exc.status, exc.code
+    if ex.target is None:  # refused before any upstream call
+        svc.metrics.rejections.labels(exc.code or str(exc.status)).inc()
+    record(svc, ex)  # every authenticated request gets its ledger row
+    await durable(ex, None)

@@ -1,0 +1,85 @@
+"""Everything a request needs, in one frozen bundle, and the one owner of background tasks.
+
+gateway/bootstrap.py builds a ``Services`` from the settings and a policy; a hot reload
+builds a new one (reusing the parts whose configuration did not change) and swaps it whole,
+so a request that read ``services`` once sees one consistent policy, router, provider set and
+cache from its first byte to its ledger row."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.config.policy import Policy
+from gateway.config.settings import Settings
+from gateway.core.ports import ExactCache, Ledger, Limits, Provider, SemanticLookup, Tracer
+from gateway.limits.keys import KeyCache
+from gateway.routing.breaker import BreakerBoard
+from gateway.routing.engine_load import EngineBoard
+from gateway.routing.router import Router
+from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger("switchyard")
+
+
+class TaskOwner:
+    """The one place background tasks are started. ``spawn``: work that should finish (a
+    cache write, a reload); awaited at shutdown. ``daemon``: loops (the policy watcher, the
+    engine probe); cancelled at shutdown. A task's failure is logged, never lost."""
+
+    def __init__(self) -> None:
+        self._work: set[asyncio.Task[Any]] = set()
+        self._daemons: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        return self._start(coro, self._work)
+
+    def daemon(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        return self._start(coro, self._daemons)
+
+    def _start(self, coro: Coroutine[Any, Any, Any], into: set[asyncio.Task[Any]]) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        into.add(task)
+        task.add_done_callback(into.discard)
+        task.add_done_callback(_log_failure)
+        return task
+
+    def __len__(self) -> int:
+        return len(self._work) + len(self._daemons)
+
+    async def aclose(self, grace: float = 5.0) -> None:
+        """Cancel the daemons, give the work ``grace`` seconds, then cancel what is left."""
+        for task in list(self._daemons):
+            task.cancel()
+        if self._work:
+            await asyncio.wait(list(self._work), timeout=grace)
+        for task in list(self._work):
+            task.cancel()
+        await asyncio.gather(*self._daemons, *self._work, return_exceptions=True)
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background task %s failed", task.get_coro(), exc_info=task.exception())
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    settings: Settings
+    policy: Policy
+    router: Router
+    providers: Mapping[str, Provider]
+    cache: ExactCache
+    semantic: SemanticLookup
+    limits: Limits
+    ledger: Ledger
+    keys: KeyCache
+    metrics: Metrics
+    breakers: BreakerBoard
+    engines: EngineBoard
+    tasks: TaskOwner
+    tracer: Tracer | None = None
+    secrets: tuple[str, ...] = field(default=(), repr=False)  # provider keys, for redaction

@@ -1,0 +1,99 @@
+"""A streamed chat answer: open the upstream stream (retries and fallbacks apply until its
+first chunk), relay the chunks, and meter the request however the stream ends — clean
+(ledger row committed before ``[DONE]``), cut by the upstream (an error event, never a clean
+end), or abandoned by the client (499, the upstream released)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from gateway.cache.replay import StreamAssembler
+from gateway.core.errors import StreamBrokenError, UpstreamError
+from gateway.core.ports import Provider
+from gateway.core.redact import redact
+from gateway.core.types import ChatRequest, ChatStream, Target
+from gateway.flow import caching
+from gateway.flow.exchange import Exchange
+from gateway.flow.metering import durable, record
+from gateway.flow.reply import DONE, Reply, headers, sse
+from gateway.flow.services import Services
+from gateway.flow.upstream import attempt, estimate
+from gateway.routing.plan import RoutePlan
+from gateway.telemetry.prompt_log import log_exchange
+
+Opened = tuple[ChatStream, AsyncIterator[dict[str, Any]], dict[str, Any]]
+
+
+async def open_chat_stream(
+    svc: Services, plan: RoutePlan, body: dict[str, Any], req: ChatRequest, ex: Exchange, key: str | None
+) -> Reply:
+    idle = plan.policy.stream_idle_timeout_s
+
+    async def open_stream(provider: Provider, target: Target, timeout: float) -> Opened:
+        stream = await provider.chat_stream(body, target, timeout, idle)
+        iterator = aiter(stream)
+        try:
+            async with asyncio.timeout(timeout):
+                first = await anext(iterator)
+        except StopAsyncIteration:
+            await stream.aclose()
+            raise UpstreamError(f"upstream '{target.provider}' sent an empty stream") from None
+        except BaseException:
+            await stream.aclose()
+            raise
+        return stream, iterator, first
+
+    opened = await attempt(svc, plan, ex, open_stream)
+    stream = opened[0]
+
+    async def on_close() -> None:
+        if ex.ttft is None and not ex.recorded:  # the client left before the first byte
+            ex.status, ex.http_status = "client_disconnected", 499
+            ex.usage = stream.usage or estimate(req.body, None, ex, None)
+            record(svc, ex)
+            await stream.aclose()
+
+    return Reply(headers(ex), stream=relay(svc, plan, opened, req, ex, key), on_close=on_close)
+
+
+async def relay(
+    svc: Services, plan: RoutePlan, opened: Opened, req: ChatRequest, ex: Exchange, key: str | None
+) -> AsyncIterator[bytes]:
+    stream, iterator, first = opened
+    assembler = StreamAssembler()
+    include_usage = req.include_usage
+    ex.status = "client_disconnected"  # until proven otherwise
+    try:
+        assembler.add(first)
+        ex.ttft = time.perf_counter() - ex.started
+        yield sse(first)
+        async for chunk in iterator:
+            assembler.add(chunk)
+            if not include_usage and not chunk.get("choices") and chunk.get("usage"):
+                continue  # the usage-only chunk the client did not ask for
+            yield sse(chunk)
+        ex.status = "ok"
+        completion = assembler.completion()
+        log_exchange(svc.policy, ex.request_id, ex.principal.tenant, req.body, completion)
+        ex.usage = stream.usage or estimate(req.body, completion, ex, None)
+        record(svc, ex)
+        await durable(ex, None)  # the ledger row is committed before [DONE] goes out
+        if key is not None:
+            caching.store(svc, plan, ex, key, orjson.dumps(completion))
+        yield DONE
+    except (UpstreamError, StreamBrokenError) as exc:
+        ex.status, ex.http_status, ex.error_code = "stream_broken", 502, exc.code
+        exc.message = redact(exc.message, svc.secrets)
+        yield sse(exc.to_body())
+    finally:
+        if not ex.recorded:  # broken or abandoned (an ok stream recorded above)
+            ex.usage = stream.usage or estimate(req.body, assembler.completion(), ex, None)
+            if ex.status == "client_disconnected":
+                ex.http_status = 499
+            record(svc, ex)
+        await stream.aclose()

@@ -1,0 +1,51 @@
+"""The provider call: retries, fallbacks, breakers and engine spill-over around one port call,
+and the tokenizer's estimate for an upstream that reported no usage."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from gateway.core.errors import SwitchyardError
+from gateway.core.ports import Provider
+from gateway.core.types import Target, Usage
+from gateway.flow.exchange import Exchange
+from gateway.flow.services import Services
+from gateway.ledger.meter import estimate_usage
+from gateway.routing.attempts import run_with_fallback
+from gateway.routing.plan import RoutePlan
+
+_R = TypeVar("_R")
+Call = Callable[[Provider, Target, float], Awaitable[_R]]
+
+
+async def attempt(svc: Services, plan: RoutePlan, ex: Exchange, fn: Call[_R]) -> _R:
+    """Call ``fn`` on the plan's targets with retries, fallbacks and breakers."""
+
+    async def call(target: Target, timeout: float) -> _R:
+        ex.target = target
+        ex.attempts += 1
+        svc.metrics.retries.labels(target.provider, target.model).inc()
+        t0 = time.perf_counter()
+        try:
+            return await fn(svc.providers[target.provider], target, timeout)
+        finally:
+            ex.upstream_seconds += time.perf_counter() - t0
+
+    def on_error(target: Target, exc: SwitchyardError) -> None:
+        svc.metrics.upstream_errors.labels(target.provider, target.model, exc.code or "error").inc()
+
+    plan = svc.engines.spill(plan, svc.metrics.count_spillover)  # saturated engines go last
+    outcome = await run_with_fallback(plan, call, svc.breakers, started=ex.started, on_error=on_error)
+    ex.target = outcome.target
+    return outcome.value
+
+
+def estimate(
+    body: dict[str, Any], completion: dict[str, Any] | None, ex: Exchange, reported: Usage | None
+) -> Usage:
+    """Usage counted with the served model's tokenizer (marked estimated) for an upstream that
+    reported none (or only part: what it did report is kept)."""
+    model = ex.target.upstream_model if ex.target is not None else str(body.get("model") or "")
+    return estimate_usage(body, completion, model, reported)

@@ -1,0 +1,1 @@
+"""One translator per wire protocol and direction, around the internal request types."""
