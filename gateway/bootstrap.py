@@ -175,6 +175,17 @@ def _warn_unconfigured(policy: Policy) -> None:
         log.warning("providers without an API key are skipped by the router: %s", ", ".join(unconfigured))
 
 
+def key_store(settings: Settings) -> KeyStoreBase:
+    """The key store ``settings`` name: SQLite in the home, or the PostgreSQL ledger's (the
+    CLI's keys commands; a running gateway opens its own in ``start``)."""
+    return open_key_store(settings)
+
+
+def offline_limits(store: KeyStoreBase) -> Limits:
+    """In-process limits over ``store``'s key limits, for the CLI's budget report."""
+    return Limits(key_limits=store.all_limits, spawn=TaskOwner().spawn)
+
+
 # --------------------------------------------------------------------------- the gateway
 class Gateway:
     """A running gateway: the current ``Services``, hot reload, and shutdown."""

@@ -1,15 +1,18 @@
 """The dependency rule of ARCHITECTURE.md, enforced over the source (AST), plus "no I/O at
 import".
 
-    core      imports nothing of ours
-    config    imports core (and the top-level `gateway` package for __file__/__version__)
-    providers, cache, routing, ledger, limits, telemetry
-              import core/config and themselves, never each other
-    pipeline.py, metering.py, runtime.py, api/*, cli/__init__.py, cli/admin.py, cli/router.py
-              the only modules that wire several siblings together
-    nothing   imports engine, torch, load_tests or tests (`switchyard engine` comes through
-              the `switchyard.commands` entry point); only api/ (and cli/serve.py, which runs
-              uvicorn) knows the HTTP server framework
+    core        imports nothing of ours (plain types, the error tree, redaction, ports)
+    config      imports core (and the top-level `gateway` package for __file__/__version__)
+    protocols, providers, cache, routing, ledger, limits, telemetry
+                import core/config and themselves, never each other
+    flow        the request flow: sees I/O only through core.ports, never names a concrete store
+    bootstrap   the composition root: the only module that calls the constructors of I/O parts
+    api, cli    on top (HTTP only / argparse only); lab (offline training) only under cli
+    nothing     imports engine, torch, load_tests or tests, and engine imports nothing of
+                gateway (`switchyard engine` comes through the `switchyard.commands` entry
+                point); only api/ (and cli/serve.py, which runs uvicorn) knows the HTTP server
+    and also    no import circles (lazy imports count), os.environ only in config/,
+                asyncio tasks started only by the task owner (flow/services.py)
 """
 
 from __future__ import annotations
@@ -27,15 +30,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PKG = REPO / "gateway"
-SIBLINGS = ("providers", "cache", "routing", "ledger", "limits", "telemetry")
-WIRING = {
-    "gateway.pipeline",
-    "gateway.metering",
-    "gateway.runtime",
-    "gateway.cli",
-    "gateway.cli.admin",
-    "gateway.cli.router",
-}  # plus gateway.api.*
+SIBLINGS = ("protocols", "providers", "cache", "routing", "ledger", "limits", "telemetry")
+WIRING = ("flow", "bootstrap", "api", "cli", "lab")  # the layers that may use several siblings
 FORBIDDEN_ROOTS = ("engine", "torch", "load_tests", "tests")
 HTTP_SERVER_ROOTS = ("fastapi", "starlette", "uvicorn")
 
@@ -94,6 +90,8 @@ def imports_of(path: Path, source: str | None = None) -> list[Import]:
 
 SOURCES = sorted(PKG.rglob("*.py"))
 ALL_IMPORTS = [imp for path in SOURCES for imp in imports_of(path)]
+ENGINE_SOURCES = sorted((REPO / "engine").rglob("*.py"))
+ENGINE_IMPORTS = [imp for path in ENGINE_SOURCES for imp in imports_of(path)]
 
 
 def layer(dotted: str) -> str | None:
@@ -126,12 +124,12 @@ def test_the_import_scanner_sees_what_it_should() -> None:
 
 def test_relative_imports_are_resolved() -> None:
     fake = PKG / "cache" / "_layering_probe.py"  # never written: the source is passed in
-    src = "from . import keys\nfrom ..routing import router\nfrom .. import pipeline\ndef f():\n    import torch\n"
+    src = "from . import keys\nfrom ..routing import router\nfrom .. import bootstrap\ndef f():\n    import torch\n"
     got = [(i.line, i.target) for i in imports_of(fake, src)]
     assert got == [
         (1, "gateway.cache.keys"),
         (2, "gateway.routing.router"),
-        (3, "gateway.pipeline"),
+        (3, "gateway.bootstrap"),
         (5, "torch"),
     ]
 
@@ -140,7 +138,15 @@ def test_relative_imports_are_resolved() -> None:
 # Each rule: the imports (from the whole of gateway/) that break it.
 Rule = Callable[[list[Import]], list[Import]]
 LOWER = ("core", "config", *SIBLINGS)
+UPPER = ("flow", "bootstrap", "api", "cli", "lab")
 IO_MODULES = ("socket", "sqlite3", "subprocess", "asyncio", "threading", "multiprocessing", "ssl", "http")
+# Modules that build or are the concrete I/O parts; the flow reaches them only through core.ports.
+CONCRETE = (
+    "gateway.ledger.store", "gateway.ledger.postgres", "gateway.ledger.sqlite", "gateway.ledger.open",
+    "gateway.ledger.pg", "gateway.cache.exact", "gateway.cache.semantic_layer", "gateway.cache.semantic_redis",
+    "gateway.cache.embedder", "gateway.cache.embed_backends", "gateway.limits.gate", "gateway.limits.redis_store",
+    "gateway.limits.stores", "gateway.limits.keys_pg", "gateway.providers", "gateway.telemetry.tracing",
+)  # fmt: skip
 
 
 def core_imports_nothing_of_ours(imps: list[Import]) -> list[Import]:
@@ -179,12 +185,12 @@ def bare_gateway_gives_only_version(imps: list[Import]) -> list[Import]:
     return [i for i in imps if i.target == "gateway" and i.name not in (None, "__version__", "__file__")]
 
 
-def only_wiring_modules_use_several_siblings(imps: list[Import]) -> list[Import]:
+def only_wiring_layers_use_several_siblings(imps: list[Import]) -> list[Import]:
     bad: list[Import] = []
     for mod in sorted({i.module for i in imps}):
-        if mod in WIRING or mod.startswith("gateway.api.") or mod == "gateway.api":
-            continue
         own = layer(mod)
+        if own in WIRING:
+            continue
         uses = [i for i in imps if i.module == mod and layer(i.target) in SIBLINGS and layer(i.target) != own]
         limit = 0 if own in LOWER else 1  # a lower layer uses no other sibling; another module one
         if len({layer(i.target) for i in uses}) > limit:
@@ -193,21 +199,31 @@ def only_wiring_modules_use_several_siblings(imps: list[Import]) -> list[Import]
 
 
 def lower_layers_do_not_import_upper(imps: list[Import]) -> list[Import]:
-    upper = ("pipeline", "runtime", "api", "cli", "cli_admin")
-    return [i for i in imps if layer(i.module) in LOWER and layer(i.target) in upper]
+    return [i for i in imps if layer(i.module) in LOWER and layer(i.target) in UPPER]
 
 
-def pipeline_does_not_know_http(imps: list[Import]) -> list[Import]:
+def flow_stays_under_the_composition_root(imps: list[Import]) -> list[Import]:
     return [
-        i
-        for i in imps
-        if i.module in ("gateway.pipeline", "gateway.runtime")
-        and layer(i.target) in ("api", "cli", "cli_admin")
+        i for i in imps if layer(i.module) == "flow" and layer(i.target) in ("bootstrap", "api", "cli", "lab")
     ]
 
 
-# No crossing: the CLI finds `switchyard engine ...` through the `switchyard.commands` entry
-# point (see test_the_cli_finds_engine_through_its_entry_point).
+def flow_names_no_concrete_store(imps: list[Import]) -> list[Import]:
+    return [
+        i
+        for i in imps
+        if layer(i.module) == "flow" and any(i.target == c or i.target.startswith(c + ".") for c in CONCRETE)
+    ]
+
+
+def only_api_and_cli_use_the_composition_root(imps: list[Import]) -> list[Import]:
+    return [i for i in imps if layer(i.target) == "bootstrap" and layer(i.module) not in ("api", "cli")]
+
+
+def only_the_cli_imports_lab(imps: list[Import]) -> list[Import]:
+    return [i for i in imps if layer(i.target) == "lab" and layer(i.module) not in ("cli", "lab")]
+
+
 def no_engine_torch_or_tests(imps: list[Import]) -> list[Import]:
     return [i for i in imps if i.target.split(".")[0] in FORBIDDEN_ROOTS]
 
@@ -224,15 +240,18 @@ def only_api_knows_the_http_server(imps: list[Import]) -> list[Import]:
 
 RULES: dict[str, Rule] = {
     "gateway.core imports nothing from gateway outside itself": core_imports_nothing_of_ours,
-    "gateway.core is plain dataclasses and errors (stdlib only, no I/O modules)": core_is_plain_stdlib,
+    "gateway.core is plain dataclasses, errors and Protocols (stdlib only, no I/O modules)": core_is_plain_stdlib,
     "gateway.config imports only gateway.core, itself and the bare `gateway` package": config_imports_only_core,
-    "providers/cache/routing/ledger/limits/telemetry import only core, config and themselves": siblings_do_not_import_each_other,
+    "protocols/providers/cache/routing/ledger/limits/telemetry import only core, config and themselves": siblings_do_not_import_each_other,
     "only __version__/__file__ may be taken from the bare `gateway` package": bare_gateway_gives_only_version,
-    "only pipeline.py, runtime.py, api/*, cli/ wire siblings together": only_wiring_modules_use_several_siblings,
-    "core/config/siblings never import pipeline, runtime, api or the cli": lower_layers_do_not_import_upper,
-    "pipeline/runtime do not depend on the HTTP layer or the cli": pipeline_does_not_know_http,
+    "only flow, bootstrap, api, cli and lab wire siblings together": only_wiring_layers_use_several_siblings,
+    "core/config/siblings never import flow, bootstrap, api, cli or lab": lower_layers_do_not_import_upper,
+    "flow never imports bootstrap, api, cli or lab": flow_stays_under_the_composition_root,
+    "flow sees I/O only through core.ports (no concrete store, cache, provider or tracer module)": flow_names_no_concrete_store,
+    "only api and cli import bootstrap": only_api_and_cli_use_the_composition_root,
+    "only the cli imports lab (offline training stays out of the serving path)": only_the_cli_imports_lab,
     "gateway/ never imports engine, torch, load_tests or tests": no_engine_torch_or_tests,
-    "only gateway/api (and the cli that runs uvicorn) imports fastapi/starlette/uvicorn": only_api_knows_the_http_server,
+    "only gateway/api (and cli/serve.py, which runs uvicorn) imports fastapi/starlette/uvicorn": only_api_knows_the_http_server,
 }
 
 
@@ -240,6 +259,152 @@ RULES: dict[str, Rule] = {
 def test_dependency_rule(rule: str) -> None:
     bad = RULES[rule](ALL_IMPORTS)
     assert not bad, report(bad, rule)
+
+
+def test_engine_imports_nothing_of_gateway() -> None:
+    bad = [i for i in ENGINE_IMPORTS if i.target.split(".")[0] == "gateway"]
+    assert len(ENGINE_SOURCES) > 3 and not bad, report(bad, "engine/ imports nothing of gateway")
+
+
+# ----------------------------------------------------------------------------- import circles
+def import_graph(imps: list[Import]) -> dict[str, set[str]]:
+    """module -> the modules of ours it imports (lazy and TYPE_CHECKING imports included)."""
+    graph: dict[str, set[str]] = {}
+    for i in imps:
+        if ours(i) and i.target != i.module:
+            graph.setdefault(i.module, set()).add(i.target)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle as [a, b, ..., a], or None (iterative DFS, three colours)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for root in sorted(graph):
+        if state.get(root):
+            continue
+        path: list[str] = [root]
+        stack = [iter(sorted(graph.get(root, ())))]
+        state[root] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            elif not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(graph.get(nxt, ()))))
+    return None
+
+
+def test_no_import_circles() -> None:
+    cycle = find_cycle(import_graph(ALL_IMPORTS))
+    assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+    lazy = fake("ledger/query.py", "def f():\n    from gateway.ledger import store\n")
+    back = fake("ledger/store.py", "from gateway.ledger.query import f\n")
+    cycle = ["gateway.ledger.query", "gateway.ledger.store", "gateway.ledger.query"]
+    assert find_cycle(import_graph(lazy + back)) == cycle
+
+
+# ----------------------------------------------------------------------------- calls, not imports
+def calls_in(path: Path, source: str | None = None) -> list[tuple[int, str]]:
+    """(line, name) of every call in a file, by the called name (``f(...)``, ``x.f(...)``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8") if source is None else source)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            fn = node.func
+            name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else None
+            if name is not None:
+                found.append((node.lineno, name))
+    return found
+
+
+def environ_uses(path: Path, source: str | None = None) -> list[int]:
+    """Lines that touch the process environment (``os.environ``, ``os.getenv``, ``os.putenv``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8") if source is None else source)
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "putenv", "unsetenv"):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            lines += [node.lineno for a in node.names if a.name in ("environ", "getenv", "putenv")]
+    return sorted(lines)
+
+
+# I/O part constructors (and the factories that call them), by the sibling that defines them.
+IO_CONSTRUCTORS = {
+    "SQLiteLedger": "ledger", "PostgresLedger": "ledger", "NullLedger": "ledger", "open_ledger": "ledger",
+    "MemoryCache": "cache", "RedisCache": "cache", "SemanticLayer": "cache", "RedisSemanticStore": "cache",
+    "RedisStore": "limits", "KeyStore": "limits", "PostgresKeyStore": "limits", "open_key_store": "limits",
+    "KeyCache": "limits", "Limits": "limits",
+    "OpenAICompatProvider": "providers", "AnthropicProvider": "providers", "ReplicatedProvider": "providers",
+    "build_tracer": "telemetry", "Metrics": "telemetry",
+}  # fmt: skip
+
+
+def io_constructions(path: Path, source: str | None = None) -> list[tuple[int, str]]:
+    """Calls that build an I/O part outside bootstrap.py and outside the part's own package."""
+    own = layer(module_name(path))
+    if module_name(path) == "gateway.bootstrap":
+        return []
+    return [(line, name) for line, name in calls_in(path, source) if IO_CONSTRUCTORS.get(name, own) != own]
+
+
+def test_only_bootstrap_builds_the_io_parts() -> None:
+    bad = [
+        f"{p.relative_to(REPO)}:{line}: {name}(...)" for p in SOURCES for line, name in io_constructions(p)
+    ]
+    assert not bad, "construct I/O parts in gateway/bootstrap.py only:\n  " + "\n  ".join(bad)
+
+
+def test_the_environment_is_read_only_in_config() -> None:
+    bad = [
+        f"{p.relative_to(REPO)}:{line}"
+        for p in SOURCES
+        if layer(module_name(p)) != "config"
+        for line in environ_uses(p)
+    ]
+    assert not bad, "os.environ outside gateway/config/:\n  " + "\n  ".join(bad)
+
+
+TASK_STARTERS = ("create_task", "ensure_future", "run_coroutine_threadsafe")
+
+
+def test_background_tasks_are_started_only_by_the_task_owner() -> None:
+    bad = [
+        f"{p.relative_to(REPO)}:{line}: {name}"
+        for p in SOURCES
+        if module_name(p) != "gateway.flow.services"
+        for line, name in calls_in(p)
+        if name in TASK_STARTERS
+    ]
+    assert not bad, "start background tasks through TaskOwner (gateway/flow/services.py):\n  " + "\n  ".join(
+        bad
+    )
+
+
+def test_the_call_scanners_can_fail() -> None:
+    probe = PKG / "flow" / "_probe.py"  # never written: the sources are passed in
+    assert io_constructions(probe, "x = SQLiteLedger(path)\ny = m.RedisCache(u)") == [
+        (1, "SQLiteLedger"),
+        (2, "RedisCache"),
+    ]
+    assert io_constructions(PKG / "ledger" / "_probe.py", "x = SQLiteLedger(path)") == []
+    assert io_constructions(PKG / "bootstrap.py", "x = SQLiteLedger(path)") == []
+    assert environ_uses(probe, "import os\nv = os.environ.get('X')\nfrom os import getenv") == [2, 3]
+    assert environ_uses(probe, "import os\nv = os.path.join('a')") == []
+    tasks = [
+        n for _, n in calls_in(probe, "loop.create_task(c)\nasyncio.ensure_future(c)") if n in TASK_STARTERS
+    ]
+    assert tasks == ["create_task", "ensure_future"]
 
 
 def fake(rel: str, src: str) -> list[Import]:
@@ -262,9 +427,9 @@ SELF_CHECKS = [
     (
         core_is_plain_stdlib,
         fake("core/x.py", "def f():\n    import pydantic"),
-        fake("core/x.py", "from decimal import Decimal"),
+        fake("core/x.py", "from decimal import Decimal\nfrom typing import Protocol"),
     ),
-    (core_is_plain_stdlib, fake("core/x.py", "import sqlite3"), fake("core/x.py", "import enum")),
+    (core_is_plain_stdlib, fake("core/x.py", "import asyncio"), fake("core/x.py", "import enum")),
     (
         config_imports_only_core,
         fake("config/x.py", "from gateway.cache.keys import canonical_key"),
@@ -284,8 +449,8 @@ SELF_CHECKS = [
     ),
     (
         siblings_do_not_import_each_other,
-        fake("routing/x.py", "from gateway import ledger"),
-        fake("routing/x.py", "from gateway.config.policy import RoutePolicy"),
+        fake("protocols/x.py", "from gateway.providers import anthropic_wire"),
+        fake("protocols/x.py", "from gateway.core.types import ChatRequest"),
     ),
     (
         siblings_do_not_import_each_other,
@@ -298,32 +463,57 @@ SELF_CHECKS = [
         fake("ledger/x.py", "from gateway import __version__"),
     ),
     (
-        only_wiring_modules_use_several_siblings,
-        fake("helper.py", "from gateway.cache import keys\nfrom gateway.ledger import row"),
-        fake("pipeline.py", "from gateway.cache import keys\nfrom gateway.ledger import row"),
+        only_wiring_layers_use_several_siblings,
+        fake("helper.py", "from gateway.cache import keys\nfrom gateway.ledger import meter"),
+        fake("flow/x.py", "from gateway.cache import keys\nfrom gateway.ledger import meter"),
     ),
     (
-        only_wiring_modules_use_several_siblings,
+        only_wiring_layers_use_several_siblings,
         fake("limits/x.py", "from gateway.telemetry import metrics"),
         fake(
             "api/x.py",
-            "from gateway.cache import keys\nfrom gateway.ledger import row\nfrom gateway.limits import keys",
+            "from gateway.cache import keys\nfrom gateway.ledger import meter\nfrom gateway.limits import keys",
         ),
     ),
     (
         lower_layers_do_not_import_upper,
-        fake("ledger/x.py", "from gateway.pipeline import Reply"),
-        fake("runtime.py", "from gateway.pipeline import Reply"),
+        fake("ledger/x.py", "from gateway.flow.reply import Reply"),
+        fake("bootstrap.py", "from gateway.flow.reply import Reply"),
     ),
     (
         lower_layers_do_not_import_upper,
         fake("config/x.py", "from gateway.api import app"),
-        fake("cli.py", "from gateway.api import app"),
+        fake("cli/x.py", "from gateway.api import app"),
     ),
     (
-        pipeline_does_not_know_http,
-        fake("pipeline.py", "from gateway.api.wire import validate"),
-        fake("pipeline.py", "from gateway.core.types import ChatRequest"),
+        flow_stays_under_the_composition_root,
+        fake("flow/x.py", "from gateway.api.state import AppState"),
+        fake("flow/x.py", "from gateway.core.ports import Ledger"),
+    ),
+    (
+        flow_stays_under_the_composition_root,
+        fake("flow/x.py", "def f():\n    from gateway import bootstrap"),
+        fake("api/x.py", "from gateway import bootstrap"),
+    ),
+    (
+        flow_names_no_concrete_store,
+        fake("flow/x.py", "from gateway.ledger.store import SQLiteLedger"),
+        fake("flow/x.py", "from gateway.ledger.pricing import cost_of"),
+    ),
+    (
+        flow_names_no_concrete_store,
+        fake("flow/x.py", "from gateway.providers import openai_compat"),
+        fake("flow/x.py", "from gateway.routing.plan import RoutePlan"),
+    ),
+    (
+        only_api_and_cli_use_the_composition_root,
+        fake("limits/x.py", "from gateway.bootstrap import start"),
+        fake("cli/x.py", "from gateway.bootstrap import start"),
+    ),
+    (
+        only_the_cli_imports_lab,
+        fake("routing/x.py", "from gateway.lab import router_train"),
+        fake("cli/router.py", "from gateway.lab import router_train"),
     ),
     (
         no_engine_torch_or_tests,
@@ -332,32 +522,17 @@ SELF_CHECKS = [
     ),
     (
         no_engine_torch_or_tests,
-        fake("api/x.py", "from engine.profiles import load"),
-        fake("api/x.py", "import fastapi"),
+        fake("cli/x.py", "def f():\n    from engine.cli import register"),
+        fake("cli/x.py", "from importlib.metadata import entry_points"),
     ),
     (
         no_engine_torch_or_tests,
-        fake("cli.py", "from load_tests.mock_upstream import MockUpstream"),
-        fake("cli.py", "import json"),
-    ),
-    (
-        no_engine_torch_or_tests,
-        fake("cli/__init__.py", "def f():\n    from engine.cli import register"),
-        fake("cli/__init__.py", "from importlib.metadata import entry_points"),
-    ),
-    (
-        no_engine_torch_or_tests,
-        fake("pipeline.py", "from engine.cli import register"),
-        fake("pipeline.py", "import orjson"),
-    ),
-    (
-        no_engine_torch_or_tests,
-        fake("pipeline.py", "import tests.conftest"),
-        fake("pipeline.py", "import orjson"),
+        fake("flow/x.py", "import tests.conftest"),
+        fake("flow/x.py", "import orjson"),
     ),
     (
         only_api_knows_the_http_server,
-        fake("pipeline.py", "from starlette.requests import Request"),
+        fake("flow/x.py", "from starlette.requests import Request"),
         fake("api/routes.py", "from starlette.requests import Request"),
     ),
     (

@@ -19,8 +19,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, cast
 
+from gateway import bootstrap
 from gateway.config.settings import Settings
-from gateway.flow.services import TaskOwner
 from gateway.ledger.query import LedgerUnavailable, spent_since
 from gateway.ledger.report import (
     BUCKETS,
@@ -36,7 +36,6 @@ from gateway.ledger.report import (
     to_json,
 )
 from gateway.limits.keys import KeyLimits, KeyRecord, KeyStoreBase, store_errors
-from gateway.limits.stores import open_key_store
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -145,7 +144,7 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
 
 
 def _store() -> KeyStoreBase:
-    return open_key_store(Settings.from_env())
+    return bootstrap.key_store(Settings.from_env())
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
@@ -290,7 +289,6 @@ def cmd_budgets_list(args: argparse.Namespace) -> int:
     """Budgets from the policy and the key store, with what each period spent per the ledger
     (a running gateway's reservations in flight are not included)."""
     from gateway.config.loader import PolicyError, load_policy
-    from gateway.limits.gate import Limits
 
     settings = Settings.from_env()
     try:
@@ -301,7 +299,7 @@ def cmd_budgets_list(args: argparse.Namespace) -> int:
     url = _url(args)
     try:
         with _store() as store:
-            limits = Limits(key_limits=store.all_limits, spawn=TaskOwner().spawn)
+            limits = bootstrap.offline_limits(store)
 
             async def run() -> list[dict[str, Any]]:
                 await limits.seed(policy, lambda scope, since: spent_since(url, scope, since))
