@@ -75,21 +75,3 @@ class MemoryBuckets:
         for c, tokens in zip(checks, after, strict=True):
             self._buckets[c.key] = (tokens, now)
         return None
-
-
-class RpmLimiter:
-    """Requests-per-minute per tenant, in process (kept for callers of the old interface)."""
-
-    def __init__(self, max_tenants: int = MAX_BUCKETS) -> None:
-        self._buckets = MemoryBuckets(max_buckets=max_tenants)
-
-    def check(self, tenant: str, rpm: int | None) -> None:
-        """Take one request from the tenant's bucket or raise 429 with Retry-After."""
-        if rpm is None:
-            return
-        c = BucketCheck(
-            f"rpm:tenant:{tenant}", rpm, 1.0, "take", f"{rpm} requests per minute for tenant '{tenant}'"
-        )
-        refusal = self._buckets.apply([c])
-        if refusal is not None:
-            raise refused(c, refusal[1])
