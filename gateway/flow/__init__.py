@@ -1,0 +1,1 @@
+"""The request flow: one typed exchange per request, the services bundle, the orchestrator."""
