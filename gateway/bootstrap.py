@@ -7,6 +7,7 @@ start a ``Gateway`` here and read ``gateway.services``; nothing else builds or p
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -144,21 +145,12 @@ def rebuild(previous: Services, policy: Policy) -> tuple[Services, list[object]]
         retired.append(previous.cache)
     previous.engines.configure(policy)
     previous.breakers.configure(policy.breaker.failure_threshold, policy.breaker.open_seconds)
-    services = Services(
-        settings=previous.settings,
+    services = dataclasses.replace(
+        previous,
         policy=policy,
         router=Router(policy),
         providers=providers,
         cache=cache,
-        semantic=previous.semantic,
-        limits=previous.limits,
-        ledger=previous.ledger,
-        keys=previous.keys,
-        metrics=previous.metrics,
-        breakers=previous.breakers,
-        engines=previous.engines,
-        tasks=previous.tasks,
-        tracer=previous.tracer,
         secrets=_secrets(policy),
     )
     return services, retired
