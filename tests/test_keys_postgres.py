@@ -62,8 +62,7 @@ def test_tables_match_the_sqlite_store(store: PostgresKeyStore, pg_url: str, tmp
     store.list()  # the first call creates the tables
     with KeyStore(tmp_path / "keys.db") as lite:
         lite.list()
-        conn = lite._connect
-        with conn() as c:
+        with lite._connection() as c:
             for table in ("api_keys", "key_limits"):
                 lite_cols = [str(r[1]) for r in c.execute(f"PRAGMA table_info({table})")]
                 assert columns(pg_url, table) == lite_cols

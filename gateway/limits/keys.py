@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, Generic, Protocol, Self, TypeVar
 
 KEY_PREFIX: Final = "sk-sy-"
 KEY_ID_LEN: Final = 12
@@ -140,9 +140,8 @@ class KeyStoreBase(ABC):
     """The key store's behaviour, over three primitives a backend provides (``_rows``,
     ``_change``, ``_insert_new``), each running one statement written with "?" placeholders.
 
-    A backend keeps one connection, opened lazily and shared by all threads under a lock, and
-    reopens it in a forked child. Call ``close()`` when done (or use the store as a context
-    manager)."""
+    A backend keeps one connection per process (``SharedConnectionStore``). Call ``close()``
+    when done (or use the store as a context manager)."""
 
     def __enter__(self) -> Self:
         return self
@@ -234,24 +233,53 @@ class KeyStoreBase(ABC):
         return {str(r[0]): _limits_row(tuple(r[1:])) for r in self._rows(_SELECT_LIMITS, ())}
 
 
-class KeyStore(KeyStoreBase):
-    """Keys in a SQLite file (WAL; schema created on first use).
+class Closable(Protocol):
+    def close(self) -> None: ...
 
-    One connection is opened lazily and shared by all threads under a lock (a lookup costs a
-    few µs instead of the ~0.5 ms of opening a connection). Several processes may share the
-    file; each process (also after a fork) opens its own connection."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
+C = TypeVar("C", bound=Closable)
+
+
+class SharedConnectionStore(KeyStoreBase, Generic[C]):
+    """A key store over one connection per process: opened lazily by ``_open()`` and shared by
+    all threads under a lock (a lookup costs a few µs instead of the ~0.5 ms of opening a
+    connection). A forked child, or a connection ``_usable()`` refuses, gets a new one."""
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
+        self._conn: C | None = None
         self._pid = 0
+
+    @abstractmethod
+    def _open(self) -> C:
+        """A new connection, with the key tables in place."""
+
+    def _usable(self, conn: C) -> bool:
+        return True
 
     def close(self) -> None:
         with self._lock:
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
             self._conn = None
+
+    @contextmanager
+    def _connection(self) -> Iterator[C]:
+        with self._lock:
+            pid = os.getpid()
+            if self._conn is None or self._pid != pid or not self._usable(self._conn):
+                self._conn = self._open()  # a connection inherited over fork is not reused
+                self._pid = pid
+            yield self._conn
+
+
+class KeyStore(SharedConnectionStore[sqlite3.Connection]):
+    """Keys in a SQLite file (WAL; schema created on first use). Several processes may share
+    the file; each process (also after a fork) opens its own connection."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = Path(path)
 
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -273,20 +301,12 @@ class KeyStore(KeyStoreBase):
             raise
         return conn
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            if self._conn is None or self._pid != os.getpid():
-                self._conn = self._open()  # a connection inherited over fork is not reused
-                self._pid = os.getpid()
-            yield self._conn
-
     def _rows(self, sql: str, params: tuple[object, ...]) -> builtins.list[tuple[Any, ...]]:
-        with self._connect() as conn:
+        with self._connection() as conn:
             return conn.execute(sql, params).fetchall()
 
     def _change(self, sql: str, params: tuple[object, ...]) -> int:
-        with self._connect() as conn:
+        with self._connection() as conn:
             return conn.execute(sql, params).rowcount
 
     def _insert_new(self, sql: str, params: tuple[object, ...]) -> bool:
