@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
     from gateway.cache import embed_backends
-    from gateway.cache.embedder import default_home
+    from gateway.config.settings import default_home
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with tempfile.TemporaryDirectory(prefix="sy-embed-bench-") as tmp:

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gateway.config.settings import env_setting, set_library_default
+
 DIM = 384
 MAX_TOKENS = 256
 EXPORT_VERSION = "2"  # bump when the export recipe changes: a new file name, never a stale one
@@ -45,8 +47,8 @@ def _model_dir() -> Path:
 
 
 def _offline() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    set_library_default("HF_HUB_OFFLINE", "1")
+    set_library_default("TRANSFORMERS_OFFLINE", "1")
 
 
 def _normalise(x: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
@@ -78,18 +80,20 @@ def load_torch() -> EncodeFn:
     return encode
 
 
-def model_folder(home: Path) -> Path:
-    """Where models made at first use are cached: ``$SWITCHYARD_MODEL_DIR`` if set, else
-    ``<home>/models``."""
-    custom = os.environ.get("SWITCHYARD_MODEL_DIR")
-    return Path(custom) if custom else home / "models"
+def model_folder(home: Path, model_dir: Path | None = None) -> Path:
+    """Where models made at first use are cached: ``model_dir`` (Settings.model_dir) if given,
+    else ``$SWITCHYARD_MODEL_DIR`` if set, else ``<home>/models``."""
+    if model_dir is not None:
+        return model_dir
+    custom = env_setting("SWITCHYARD_MODEL_DIR")
+    return Path(custom).expanduser() if custom else home / "models"
 
 
-def onnx_path(home: Path) -> Path:
+def onnx_path(home: Path, model_dir: Path | None = None) -> Path:
     """Where the export is cached (``model_folder``)."""
     weights = _model_dir() / "model.safetensors"
     digest = hashlib.sha256(f"{weights.stat().st_size}:{EXPORT_VERSION}".encode()).hexdigest()[:12]
-    return model_folder(home) / f"all-minilm-l6-v2-int8-{digest}.onnx"
+    return model_folder(home, model_dir) / f"all-minilm-l6-v2-int8-{digest}.onnx"
 
 
 def export_onnx(target: Path, keep_fp32: Path | None = None) -> Path:
@@ -162,10 +166,10 @@ def export_int8(
     return target
 
 
-def load_onnx(home: Path) -> EncodeFn:
+def load_onnx(home: Path, model_dir: Path | None = None) -> EncodeFn:
     ort: Any = importlib.import_module("onnxruntime")
     tok_mod: Any = importlib.import_module("tokenizers")
-    path = onnx_path(home)
+    path = onnx_path(home, model_dir)
     if not path.exists():
         export_onnx(path)
     opts = ort.SessionOptions()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
 import queue
 import threading
 import time
@@ -32,6 +31,7 @@ import numpy.typing as npt
 
 from gateway.cache import embed_backends
 from gateway.cache.embed_backends import DIM, EncodeFn
+from gateway.config.settings import default_home, env_setting, set_library_default
 
 Vector = npt.NDArray[np.float32]
 _Job = tuple[str, asyncio.AbstractEventLoop, "asyncio.Future[Vector]"]
@@ -199,26 +199,24 @@ def _resolve(fut: asyncio.Future[Vector], vec: Vector | None, exc: BaseException
         fut.set_result(vec)
 
 
-def default_home() -> Path:
-    return Path(os.environ.get("SWITCHYARD_HOME") or Path.home() / ".switchyard").expanduser()
-
-
 def onnx_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "tokenizers"))
 
 
-def load_embedder(backend: str = "auto", home: Path | None = None) -> Embedder:
+def load_embedder(backend: str = "auto", home: Path | None = None, model_dir: Path | None = None) -> Embedder:
     """Build an embedder. ``backend``: auto | onnx | torch (``SWITCHYARD_EMBEDDER`` overrides auto).
 
     The onnx backend exports the packaged model at first use (needs torch and onnx once,
-    ~30 s) and caches it under ``<SWITCHYARD_HOME>/models``."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    ~30 s) and caches it in ``model_dir`` (default ``$SWITCHYARD_MODEL_DIR`` or
+    ``<home>/models``; ``home`` default ``config.settings.default_home()``)."""
+    set_library_default("HF_HUB_OFFLINE", "1")
     if backend == "auto":
-        backend = os.environ.get("SWITCHYARD_EMBEDDER") or ("onnx" if onnx_available() else "torch")
+        backend = env_setting("SWITCHYARD_EMBEDDER") or ("onnx" if onnx_available() else "torch")
     if backend == "onnx":
         # The onnx backend encodes one text per run (see embed_backends): lingering for more
         # callers would only add latency; batching still comes from the queue under load.
-        return Embedder("minilm-l6-onnx-int8", embed_backends.load_onnx(home or default_home()), linger_s=0.0)
+        encode = embed_backends.load_onnx(home or default_home(), model_dir)
+        return Embedder("minilm-l6-onnx-int8", encode, linger_s=0.0)
     if backend == "torch":
         return Embedder("minilm-l6-torch", embed_backends.load_torch())
     raise ValueError(f"unknown embedder backend {backend!r} (auto, onnx, torch)")

@@ -132,10 +132,11 @@ def check_names(env: Mapping[str, str]) -> None:
     unknown = sorted(k for k in env if k.upper().startswith(PREFIX) and k not in known)
     if not unknown:
         return
+    suffixes = {k[len(PREFIX) :]: k for k in known}  # compared without the shared prefix
     problems = []
     for name in unknown:
-        close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.6)
-        problems.append(f"{name} (did you mean {close[0]}?)" if close else name)
+        close = difflib.get_close_matches(name.upper()[len(PREFIX) :], suffixes, n=1, cutoff=0.6)
+        problems.append(f"{name} (did you mean {suffixes[close[0]]}?)" if close else name)
     noun = "variable" if len(unknown) == 1 else "variables"
     raise SettingsError(
         f"unknown environment {noun} {'; '.join(problems)}. Switchyard reads: {', '.join(VARIABLES)}",

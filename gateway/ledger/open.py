@@ -3,9 +3,9 @@ outbox) or the ``NullLedger``."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from gateway.config.settings import default_home
 from gateway.ledger.postgres import PostgresLedger, outbox_path_for
 from gateway.ledger.sqlite import is_postgres_url, ledger_path
 from gateway.ledger.store import NullLedger, SQLiteLedger
@@ -28,8 +28,7 @@ def open_ledger(
         return NullLedger()
     if is_postgres_url(url):
         if home is None:
-            env_home = os.environ.get("SWITCHYARD_HOME")
-            home = Path(env_home).expanduser() if env_home else Path.home() / ".switchyard"
+            home = default_home()
         return PostgresLedger(
             url.strip(),
             outbox_path_for(home),

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from gateway.config.settings import configured_home, library_env, set_library_default
+
 if TYPE_CHECKING:
     import tiktoken
 
@@ -49,14 +51,15 @@ def encoding_name(model: str) -> str:
     return "o200k_base" if base.startswith(_O200K_PREFIXES) else "cl100k_base"
 
 
-def cache_dir() -> Path:
-    """Where tiktoken's cache lives (``TIKTOKEN_CACHE_DIR``, set here when absent)."""
-    configured = os.environ.get("TIKTOKEN_CACHE_DIR")
+def cache_dir(home: Path | None = None) -> Path:
+    """Where tiktoken's cache lives (``TIKTOKEN_CACHE_DIR``, set here when absent, to
+    ``<home>/tiktoken``; ``home`` default ``$SWITCHYARD_HOME``, else the system temp dir)."""
+    configured = library_env("TIKTOKEN_CACHE_DIR")
     if configured:
         return Path(configured)
-    home = os.environ.get("SWITCHYARD_HOME")
-    path = Path(home) / "tiktoken" if home else Path(tempfile.gettempdir()) / "switchyard-tiktoken"
-    os.environ["TIKTOKEN_CACHE_DIR"] = str(path)
+    home = home if home is not None else configured_home()
+    path = home / "tiktoken" if home else Path(tempfile.gettempdir()) / "switchyard-tiktoken"
+    set_library_default("TIKTOKEN_CACHE_DIR", str(path))
     return path
 
 

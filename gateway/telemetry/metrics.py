@@ -2,17 +2,19 @@
 
 Labels are bounded: route/model/provider names come from the policy, tenant names from the
 key store, status/cache/kind from fixed vocabularies. Never a request id or raw user text.
-With several workers, prometheus_client's multiprocess mode aggregates them (see cli.serve).
+With several workers, prometheus_client's multiprocess mode aggregates them (see
+config.settings.export_serve_environment).
 """
 
 from __future__ import annotations
 
-import os
 from decimal import Decimal
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess as prom_mp
+
+from gateway.config.settings import MULTIPROC_ENV, library_env
 
 LATENCY_BUCKETS = (
     0.0005,
@@ -77,7 +79,10 @@ ENGINE_GAUGES = (
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, multiprocess_dir: str | None = None) -> None:
+        """``multiprocess_dir``: prometheus_client's multi-process directory (Settings.
+        multiprocess_dir; default ``$PROMETHEUS_MULTIPROC_DIR``, which `serve --workers N` sets)."""
+        self.multiprocess_dir = multiprocess_dir or library_env(MULTIPROC_ENV)
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = _Memo(
@@ -266,7 +271,7 @@ class Metrics:
             self.savings.labels(tenant, route, cause).inc(float(saved))
 
     def render(self) -> bytes:
-        mp_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        mp_dir = self.multiprocess_dir
         if mp_dir:
             registry = CollectorRegistry()
             prom_mp.MultiProcessCollector(registry, path=mp_dir)  # type: ignore[no-untyped-call]
