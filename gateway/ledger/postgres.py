@@ -26,12 +26,12 @@ from gateway.ledger.pg import pg_connect
 from gateway.ledger.query import spent_since
 from gateway.ledger.schema import (
     COLUMNS,
-    MIGRATIONS_TABLE_SQL,
     POSTGRES_INSERT_SQL,
     POSTGRES_MIGRATIONS,
     TABLE,
+    apply_migrations,
 )
-from gateway.ledger.sqlite import connect
+from gateway.ledger.sqlite import connect, immediate
 from gateway.ledger.store import SQLiteLedger
 
 if TYPE_CHECKING:
@@ -49,18 +49,7 @@ def pg_migrate(conn: psycopg.Connection[Any]) -> int:
     """Bring the PostgreSQL schema up to date (serialised by an advisory lock)."""
     with conn.transaction(), conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-        cur.execute(MIGRATIONS_TABLE_SQL)
-        cur.execute("SELECT MAX(version) FROM schema_migrations")
-        row = cur.fetchone()
-        current = int(row[0]) if row and row[0] is not None else 0
-        for version in sorted(v for v in POSTGRES_MIGRATIONS if v > current):
-            for stmt in POSTGRES_MIGRATIONS[version]:
-                cur.execute(stmt)
-            cur.execute(
-                "INSERT INTO schema_migrations (version, applied_at) VALUES (%s, %s)", (version, time.time())
-            )
-            current = version
-    return current
+        return apply_migrations(cur.execute, POSTGRES_MIGRATIONS, "%s")
 
 
 def _pg_params(values: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -186,13 +175,8 @@ class PostgresLedger(SQLiteLedger):
                 cur.executemany(POSTGRES_INSERT_SQL, [_pg_params(r) for r in rows])
             pg.commit()
             ids = [(r[0],) for r in rows]
-            outbox.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate(outbox):
                 outbox.executemany(_DELETE_OUTBOX, ids)
-                outbox.execute("COMMIT")
-            except BaseException:
-                outbox.execute("ROLLBACK")
-                raise
             self.shipped += len(rows)
             if self.ship_error is not None:
                 log.info("ledger: PostgreSQL is back; shipping the outbox")

@@ -13,8 +13,10 @@ of 1e-10 USD (``cost_e10``) that SQL can sum exactly and fast.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from dataclasses import fields
-from typing import Final
+from typing import Any, Final, Protocol
 
 from gateway.core.ledger_row import LedgerRow
 
@@ -101,3 +103,25 @@ POSTGRES_INSERT_SQL: Final = (
     f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('%s' for _ in COLUMNS)}) "
     "ON CONFLICT (request_id) DO NOTHING"
 )
+
+
+class Execute(Protocol):
+    """Runs one statement (``sqlite3.Connection.execute``, ``psycopg.Cursor.execute``)."""
+
+    def __call__(self, sql: str, params: tuple[Any, ...] = ..., /) -> Any: ...
+
+
+def apply_migrations(execute: Execute, migrations: Mapping[int, tuple[str, ...]], placeholder: str) -> int:
+    """Apply the ``migrations`` newer than the version ``schema_migrations`` records, in the
+    caller's transaction; ``placeholder`` is the dialect's parameter mark (``?``, ``%s``).
+    Returns the version reached."""
+    execute(MIGRATIONS_TABLE_SQL)
+    row = execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+    current = int(row[0]) if row and row[0] is not None else 0
+    record = f"INSERT INTO schema_migrations (version, applied_at) VALUES ({placeholder}, {placeholder})"
+    for version in sorted(v for v in migrations if v > current):
+        for stmt in migrations[version]:
+            execute(stmt)
+        execute(record, (version, time.time()))
+        current = version
+    return current

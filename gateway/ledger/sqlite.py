@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import Final, TypeVar
@@ -13,11 +14,11 @@ from typing import Final, TypeVar
 from gateway.core.ledger_row import LedgerRow
 from gateway.ledger.schema import (
     COLUMNS,
-    MIGRATIONS_TABLE_SQL,
     SCHEMA_VERSION,
     SQLITE_INSERT_SQL,
     SQLITE_MIGRATIONS,
     TABLE,
+    apply_migrations,
 )
 
 __all__ = ["COLUMNS", "SCHEMA_VERSION", "TABLE"]
@@ -107,26 +108,24 @@ def migrate(conn: sqlite3.Connection) -> int:
     conn.create_function("sy_e10", 1, _e10, deterministic=True)
 
     def run() -> int:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(MIGRATIONS_TABLE_SQL)
-            row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
-            current = int(row[0]) if row and row[0] is not None else 0
-            for version in sorted(v for v in SQLITE_MIGRATIONS if v > current):
-                for stmt in SQLITE_MIGRATIONS[version]:
-                    conn.execute(stmt)
-                conn.execute(
-                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
-                    (version, time.time()),
-                )
-                current = version
-            conn.execute("COMMIT")
-            return current
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        with immediate(conn):
+            return apply_migrations(conn.execute, SQLITE_MIGRATIONS, "?")
 
     return with_lock_retry(run)
+
+
+@contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction (``BEGIN IMMEDIATE``: the write lock up front) on an autocommit
+    connection: committed when the block ends, rolled back when it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _money(value: Decimal | None) -> str | None:

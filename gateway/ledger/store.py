@@ -41,6 +41,7 @@ from gateway.ledger.sqlite import (
     SCHEMA_VERSION,
     TABLE,
     connect,
+    immediate,
     is_locked_error,
     ledger_path,
     migrate,
@@ -328,14 +329,8 @@ class SQLiteLedger:
         if conn is None:
             raise sqlite3.OperationalError("ledger connection is closed")
         params = [row_params(r) for r in batch]
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(conn):
             conn.executemany(INSERT_SQL, params)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
 
     def _insert_one_by_one(self, batch: list[LedgerRow]) -> None:
         for row in batch:
