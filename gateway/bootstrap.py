@@ -264,7 +264,7 @@ async def start(settings: Settings) -> Gateway:
     """Build everything for ``settings`` (a bad policy raises PolicyError with every problem),
     start the ledger writer and the background tasks, seed the budgets."""
     policy = load_policy(settings.policy_path)
-    metrics, tasks = Metrics(), TaskOwner()
+    metrics, tasks = Metrics(settings.multiprocess_dir), TaskOwner()
     settings.home.mkdir(parents=True, exist_ok=True)
     ledger = open_ledger(settings.ledger_url, home=settings.home)  # postgresql://: outbox in home
     ledger.start()
@@ -274,7 +274,12 @@ async def start(settings: Settings) -> Gateway:
     engines = EngineBoard()
     engines.configure(policy)
     semantic = SemanticLayer(
-        settings.redis_url, home=settings.home, on_redis_error=metrics.count_cache_error, spawn=tasks.spawn
+        settings.redis_url,
+        backend=settings.embedder,
+        home=settings.home,
+        model_dir=settings.model_dir,
+        on_redis_error=metrics.count_cache_error,
+        spawn=tasks.spawn,
     )
     services = Services(
         settings=settings,

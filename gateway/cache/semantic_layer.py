@@ -44,6 +44,7 @@ class SemanticLayer:
         *,
         backend: str = "auto",
         home: Path | None = None,
+        model_dir: Path | None = None,
         on_redis_error: Callable[[], None] | None = None,
         spawn: Spawn,
     ) -> None:
@@ -51,6 +52,7 @@ class SemanticLayer:
         self._redis_url = redis_url
         self._backend = backend
         self._home = home
+        self._model_dir = model_dir
         self._on_redis_error = on_redis_error
         self._embedder: Embedder | None = None
         self._embed_lock: asyncio.Lock | None = None
@@ -68,7 +70,9 @@ class SemanticLayer:
             async with self._embed_lock:
                 if self._embedder is None:
                     mod: Any = importlib.import_module("gateway.cache.embedder")
-                    self._embedder = await asyncio.to_thread(mod.load_embedder, self._backend, self._home)
+                    self._embedder = await asyncio.to_thread(
+                        mod.load_embedder, self._backend, self._home, self._model_dir
+                    )
         assert self._embedder is not None
         return self._embedder
 
