@@ -458,9 +458,9 @@ async def test_stream_errors_from_own_server(
 
 async def test_session_is_created_lazily_and_closed(mock: MockUpstream) -> None:
     p = AnthropicProvider("anth", mock.base_url, API_KEY)
-    assert p._session is None
+    assert p._sessions._session is None
     await p.chat(body(), TARGET, timeout=5)
-    session = p._session
+    session = p._sessions._session
     assert isinstance(session, aiohttp.ClientSession)
     await p.aclose()
     assert session.closed

@@ -52,5 +52,6 @@ def test_shutdown_closes_providers_retired_by_a_reload(tmp_path: Path) -> None:
             assert gw.app_state.services.providers["mock"] is not old
         finally:
             gw.stop()
-        assert old._session is None or old._session.closed, "the retired provider was left open"
+        session = old._sessions._session
+        assert session is None or session.closed, "the retired provider was left open"
         gc.collect()

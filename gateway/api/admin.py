@@ -17,7 +17,6 @@ from gateway.api.state import AppState
 from gateway.core.errors import BadRequestError
 from gateway.flow import admin
 from gateway.flow.services import Services
-from gateway.ledger import report
 from gateway.limits.keys import KeyLimits
 
 router = APIRouter()
@@ -42,17 +41,11 @@ def _default(obj: Any) -> Any:
     raise TypeError
 
 
-def to_csv(rows: list[dict[str, Any]]) -> str:
-    return report.to_csv(
-        [{k: (f"{v:f}" if isinstance(v, Decimal) else v) for k, v in r.items()} for r in rows]
-    )
-
-
 def _table(request: Request, name: str, rows: list[dict[str, Any]], extra: dict[str, Any]) -> Response:
     fmt = request.query_params.get("format", "json")
     if fmt == "csv":
         return Response(
-            to_csv(rows),
+            admin.csv_table(rows),
             media_type="text/csv; charset=utf-8",
             headers={"content-disposition": f'attachment; filename="{name}.csv"'},
         )

@@ -67,6 +67,13 @@ def savings(ledger_url: str, bucket: str, start: float | None) -> list[dict[str,
         raise BadRequestError(str(exc), param="bucket") from None
 
 
+def csv_table(rows: list[dict[str, Any]]) -> str:
+    """Report rows as CSV, money written out in full (never ``1E-10``)."""
+    return report.to_csv(
+        [{k: (f"{v:f}" if isinstance(v, Decimal) else v) for k, v in r.items()} for r in rows]
+    )
+
+
 def key_json(rec: KeyRecord, limits: KeyLimits | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "key_id": rec.key_id,

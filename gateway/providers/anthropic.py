@@ -49,22 +49,17 @@ class AnthropicProvider:
         }
         if api_key:
             self._headers["x-api-key"] = api_key
-        self._session: aiohttp.ClientSession | None = None
+        self._sessions = http.LazySession()
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(name={self.name!r}, url={self._url!r})"
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = http.new_session()
-        return self._session
 
     def _headers_for(self, stream: bool) -> dict[str, str]:
         return {**self._headers, "accept": "text/event-stream" if stream else "application/json"}
 
     async def chat(self, body: dict[str, Any], target: Target, timeout: float) -> ChatResult:
         payload = orjson.dumps(to_anthropic_request(body, target.upstream_model, stream=False))
-        session = self._get_session()
+        session = self._sessions.get()
         try:
             async with (
                 asyncio.timeout(timeout),
@@ -98,7 +93,7 @@ class AnthropicProvider:
         self, body: dict[str, Any], target: Target, timeout: float, idle_timeout: float
     ) -> AnthropicStream:
         payload = orjson.dumps(to_anthropic_request(body, target.upstream_model, stream=True))
-        session = self._get_session()
+        session = self._sessions.get()
         resp: aiohttp.ClientResponse | None = None
         try:
             async with asyncio.timeout(timeout):
@@ -138,9 +133,7 @@ class AnthropicProvider:
         )
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._sessions.aclose()
 
 
 class AnthropicStream:

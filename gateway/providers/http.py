@@ -33,6 +33,26 @@ def new_session() -> aiohttp.ClientSession:
     )
 
 
+class LazySession:
+    """A provider's one pooled session, opened on first use inside the running loop (never at
+    construction) and opened again if it was closed."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    def get(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = new_session()
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     """Seconds to wait from Retry-After (delta-seconds or HTTP date) or retry-after-ms."""
     ms = headers.get("retry-after-ms")

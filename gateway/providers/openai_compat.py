@@ -26,18 +26,13 @@ class OpenAICompatProvider:
         self._headers = {"content-type": "application/json", **dict(headers or {})}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
-        self._session: aiohttp.ClientSession | None = None
+        self._sessions = http.LazySession()
 
     def __repr__(self) -> str:
         return f"OpenAICompatProvider(name={self.name!r}, base_url={self._base!r})"
 
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = http.new_session()
-        return self._session
-
     async def _post_json(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        session = self._get_session()
+        session = self._sessions.get()
         data = orjson.dumps(body)
         try:
             async with (
@@ -97,7 +92,7 @@ class OpenAICompatProvider:
         out["stream"] = True
         opts = out.get("stream_options")
         out["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
-        session = self._get_session()
+        session = self._sessions.get()
         try:
             async with asyncio.timeout(timeout):
                 resp = await session.post(
@@ -123,9 +118,7 @@ class OpenAICompatProvider:
         return _OpenAIStream(self.name, resp)
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._sessions.aclose()
 
 
 class _OpenAIStream:
