@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gateway.config.policy import Policy
@@ -43,8 +44,7 @@ class TaskOwner:
     def _start(self, coro: Coroutine[Any, Any, Any], into: set[asyncio.Task[Any]]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         into.add(task)
-        task.add_done_callback(into.discard)
-        task.add_done_callback(_log_failure)
+        task.add_done_callback(partial(_finished, into))
         return task
 
     def __len__(self) -> int:
@@ -61,7 +61,8 @@ class TaskOwner:
         await asyncio.gather(*self._daemons, *self._work, return_exceptions=True)
 
 
-def _log_failure(task: asyncio.Task[Any]) -> None:
+def _finished(owner: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> None:
+    owner.discard(task)
     if not task.cancelled() and task.exception() is not None:
         log.error("background task %s failed", task.get_coro(), exc_info=task.exception())
 
