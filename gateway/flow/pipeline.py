@@ -32,7 +32,7 @@ from gateway.telemetry.prompt_log import log_exchange
 async def chat(svc: Services, req: ChatRequest, ex: Exchange) -> Reply:
     ex.endpoint, ex.requested, ex.stream = "chat", req.model, req.stream
     try:
-        plan = await _admit(svc, req.model, ex, "chat")
+        plan = await admit(svc, req.model, ex, "chat")
         body = apply_params(req.body, plan.policy.params)
         key = caching.cache_key(svc, plan, body, ex)
         if key is not None and ex.cache == "miss":
@@ -43,7 +43,7 @@ async def chat(svc: Services, req: ChatRequest, ex: Exchange) -> Reply:
             if sem is not None and sem.lookup.payload is not None:
                 return await durable(ex, caching.replay(svc, sem.lookup.payload, req, ex, "semantic_hit"))
         plan = await _classify(svc, plan, body, ex)
-        plan = await _reserve(svc, plan, body, ex)
+        plan = await reserve(svc, plan, body, ex)
         if req.stream:
             return await open_chat_stream(svc, plan, body, req, ex, key)
         result = await attempt(svc, plan, ex, lambda p, t, s: p.chat(body, t, s))
@@ -65,9 +65,9 @@ async def passthrough(svc: Services, endpoint: str, body: dict[str, Any], ex: Ex
     """/v1/completions and /v1/embeddings: routed, retried, metered; not cached."""
     ex.endpoint, ex.requested = endpoint, str(body.get("model"))
     try:
-        plan = await _admit(svc, body.get("model"), ex, endpoint)
+        plan = await admit(svc, body.get("model"), ex, endpoint)
         body = apply_params(body, plan.policy.params)
-        plan = await _reserve(svc, plan, body, ex)
+        plan = await reserve(svc, plan, body, ex)
 
         async def call(provider: Provider, target: Target, timeout: float) -> RawResult:
             if endpoint == "embeddings":
@@ -84,7 +84,7 @@ async def passthrough(svc: Services, endpoint: str, body: dict[str, Any], ex: Ex
 
 
 # --------------------------------------------------------------------------- steps
-async def _admit(svc: Services, model: object, ex: Exchange, kind: str) -> RoutePlan:
+async def admit(svc: Services, model: object, ex: Exchange, kind: str) -> RoutePlan:
     """Route the request, then apply the rate limits."""
     plan = ex.plan = svc.router.plan(model, ex.principal, kind)
     await svc.limits.admit(svc.policy, ex.principal.tenant, ex.principal.key_id)
@@ -103,7 +103,7 @@ async def _classify(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Ex
     return choice.plan
 
 
-async def _reserve(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exchange) -> RoutePlan:
+async def reserve(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exchange) -> RoutePlan:
     """Reserve the worst-case cost on the budgets; spill to the route's fallback if asked."""
     plans = [plan]
     spill = plan.policy.on_budget_exceeded.spill_to
