@@ -12,9 +12,8 @@ import pytest
 
 from gateway.config.catalog import builtin_catalog
 from gateway.config.policy import PricePolicy
-from gateway.core.types import Price, Usage, usage_from_openai
+from gateway.core.types import Price, Usage, usage_from_anthropic, usage_from_openai
 from gateway.ledger.pricing import cost_of
-from gateway.providers.anthropic_wire import usage_from_anthropic
 
 D = Decimal
 

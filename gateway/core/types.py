@@ -66,6 +66,32 @@ def usage_from_openai(obj: Any) -> Usage | None:
     )
 
 
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def usage_from_anthropic(raw: Any) -> Usage | None:
+    """Anthropic usage -> ``Usage`` (input includes cache reads and cache writes)."""
+    if not isinstance(raw, dict):
+        return None
+    inp = _count(raw.get("input_tokens"))
+    read = _count(raw.get("cache_read_input_tokens"))
+    write = _count(raw.get("cache_creation_input_tokens"))
+    # cache_creation splits the writes by TTL: 5-minute (1.25x input) and 1-hour (2x input).
+    split = raw.get("cache_creation")
+    w5m = _count(split.get("ephemeral_5m_input_tokens")) if isinstance(split, dict) else None
+    w1h = _count(split.get("ephemeral_1h_input_tokens")) if isinstance(split, dict) else None
+    if write is None and (w5m is not None or w1h is not None):
+        write = (w5m or 0) + (w1h or 0)
+    return Usage(
+        input_tokens=None if inp is None else inp + (read or 0) + (write or 0),
+        output_tokens=_count(raw.get("output_tokens")),
+        cached_input_tokens=read,
+        cache_write_tokens=write,
+        cache_write_1h_tokens=w1h,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Price:
     """USD per 1M tokens. ``cached_input``/``cache_write`` of None mean: priced as input."""

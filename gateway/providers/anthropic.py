@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 
 from gateway.core.errors import StreamBrokenError, SwitchyardError, UpstreamError
-from gateway.core.types import ChatResult, RawResult, Target, Usage
+from gateway.core.types import ChatResult, RawResult, Target, Usage, usage_from_anthropic
 from gateway.providers import http
 from gateway.providers.anthropic_stream import StreamTranslator
 from gateway.providers.anthropic_wire import (
@@ -57,17 +57,14 @@ class AnthropicProvider:
     def _headers_for(self, stream: bool) -> dict[str, str]:
         return {**self._headers, "accept": "text/event-stream" if stream else "application/json"}
 
-    async def chat(self, body: dict[str, Any], target: Target, timeout: float) -> ChatResult:
-        payload = orjson.dumps(to_anthropic_request(body, target.upstream_model, stream=False))
+    async def _post_json(self, payload: bytes, headers: Mapping[str, str], timeout: float) -> Any:
+        """POST ``payload``; the parsed JSON body of a 200, or the error tree's error."""
         session = self._sessions.get()
         try:
             async with (
                 asyncio.timeout(timeout),
                 session.post(
-                    self._url,
-                    data=http.request_body(payload),
-                    headers=self._headers_for(False),
-                    timeout=_NO_CLIENT_TIMEOUT,
+                    self._url, data=http.request_body(payload), headers=headers, timeout=_NO_CLIENT_TIMEOUT
                 ) as resp,
             ):
                 raw = await http.read_limited(resp, http.MAX_RESPONSE_BYTES)
@@ -83,25 +80,20 @@ class AnthropicProvider:
         if "json" not in ctype:
             raise http.bad_response(self.name, f"content-type {ctype or 'missing'}")
         try:
-            return from_anthropic_response(orjson.loads(raw), target.upstream_model)
+            return orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise http.bad_response(self.name, "body is not JSON") from None
-        except MalformedResponseError as exc:
-            raise http.bad_response(self.name, str(exc)) from None
 
-    async def chat_stream(
-        self, body: dict[str, Any], target: Target, timeout: float, idle_timeout: float
-    ) -> AnthropicStream:
-        payload = orjson.dumps(to_anthropic_request(body, target.upstream_model, stream=True))
+    async def _open_stream(
+        self, payload: bytes, headers: Mapping[str, str], timeout: float
+    ) -> aiohttp.ClientResponse:
+        """POST ``payload`` and return the accepted SSE response (status 200 within ``timeout``)."""
         session = self._sessions.get()
         resp: aiohttp.ClientResponse | None = None
         try:
             async with asyncio.timeout(timeout):
                 resp = await session.post(
-                    self._url,
-                    data=http.request_body(payload),
-                    headers=self._headers_for(True),
-                    timeout=_NO_CLIENT_TIMEOUT,
+                    self._url, data=http.request_body(payload), headers=headers, timeout=_NO_CLIENT_TIMEOUT
                 )
                 if resp.status != 200:
                     raw = await http.read_limited(resp, http.MAX_ERROR_BYTES)
@@ -115,8 +107,55 @@ class AnthropicProvider:
             if isinstance(exc, _TRANSPORT_ERRORS):
                 raise http.transport_error(self.name, exc) from None
             raise
+        return resp
+
+    async def chat(self, body: dict[str, Any], target: Target, timeout: float) -> ChatResult:
+        payload = orjson.dumps(to_anthropic_request(body, target.upstream_model, stream=False))
+        parsed = await self._post_json(payload, self._headers_for(False), timeout)
+        try:
+            return from_anthropic_response(parsed, target.upstream_model)
+        except MalformedResponseError as exc:
+            raise http.bad_response(self.name, str(exc)) from None
+
+    async def chat_stream(
+        self, body: dict[str, Any], target: Target, timeout: float, idle_timeout: float
+    ) -> AnthropicStream:
+        payload = orjson.dumps(to_anthropic_request(body, target.upstream_model, stream=True))
+        resp = await self._open_stream(payload, self._headers_for(True), timeout)
         translator = StreamTranslator(target.upstream_model, provider=self.name)
         return AnthropicStream(self.name, resp, translator, idle_timeout)
+
+    # -------------------------------------------------------------- Messages in, Messages out
+    def _pass_headers(self, stream: bool, forwarded: Mapping[str, str]) -> dict[str, str]:
+        """Our headers plus the client's ``anthropic-version`` / ``anthropic-beta`` (never its key)."""
+        out = self._headers_for(stream)
+        for name in ("anthropic-version", "anthropic-beta"):
+            if forwarded.get(name):
+                out[name] = forwarded[name]
+        return out
+
+    async def messages(
+        self, body: dict[str, Any], target: Target, timeout: float, forwarded: Mapping[str, str]
+    ) -> RawResult:
+        """Pass-through: the client's Messages body with only ``model`` replaced."""
+        payload = orjson.dumps({**body, "model": target.upstream_model})
+        parsed = await self._post_json(payload, self._pass_headers(False, forwarded), timeout)
+        if not isinstance(parsed, dict) or parsed.get("type") != "message":
+            raise http.bad_response(self.name, "not an Anthropic message object")
+        return RawResult(parsed, usage_from_anthropic(parsed.get("usage")) or Usage())
+
+    async def messages_stream(
+        self,
+        body: dict[str, Any],
+        target: Target,
+        timeout: float,
+        idle_timeout: float,
+        forwarded: Mapping[str, str],
+    ) -> MessagesStream:
+        """Pass-through stream: the upstream's SSE events, data bytes untouched."""
+        payload = orjson.dumps({**body, "model": target.upstream_model})
+        resp = await self._open_stream(payload, self._pass_headers(True, forwarded), timeout)
+        return MessagesStream(self.name, resp, idle_timeout)
 
     async def completions(self, body: dict[str, Any], target: Target, timeout: float) -> RawResult:
         raise UpstreamError(
@@ -136,23 +175,14 @@ class AnthropicProvider:
         await self._sessions.aclose()
 
 
-class AnthropicStream:
-    """An accepted Anthropic SSE stream, translated into OpenAI chunk dicts."""
+class _EventStream:
+    """An accepted Anthropic SSE response: framing, idle timeout, release/close."""
 
-    def __init__(
-        self, provider: str, resp: aiohttp.ClientResponse, translator: StreamTranslator, idle_timeout: float
-    ) -> None:
+    def __init__(self, provider: str, resp: aiohttp.ClientResponse, idle_timeout: float) -> None:
         self._provider = provider
         self._resp = resp
-        self._translator = translator
         self._idle = idle_timeout
-        self._gen: AsyncGenerator[dict[str, Any], None] | None = None
         self.usage: Usage | None = None
-
-    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
-        if self._gen is None:
-            self._gen = self._iterate()
-        return self._gen
 
     def _broken(self, what: str) -> StreamBrokenError:
         return StreamBrokenError(f"upstream '{self._provider}' stream {what}")
@@ -210,6 +240,22 @@ class AnthropicStream:
             raise self._broken("sent a malformed event")
         return parsed
 
+
+class AnthropicStream(_EventStream):
+    """An accepted Anthropic SSE stream, translated into OpenAI chunk dicts."""
+
+    def __init__(
+        self, provider: str, resp: aiohttp.ClientResponse, translator: StreamTranslator, idle_timeout: float
+    ) -> None:
+        super().__init__(provider, resp, idle_timeout)
+        self._translator = translator
+        self._gen: AsyncGenerator[dict[str, Any], None] | None = None
+
+    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        if self._gen is None:
+            self._gen = self._iterate()
+        return self._gen
+
     async def _iterate(self) -> AsyncGenerator[dict[str, Any], None]:
         translator = self._translator
         try:
@@ -233,6 +279,65 @@ class AnthropicStream:
         gen = self._gen
         if gen is not None:
             # RuntimeError: another task is iterating right now; closing the response suffices.
+            with contextlib.suppress(RuntimeError):
+                await gen.aclose()
+        self._resp.close()
+
+
+class MessagesStream(_EventStream):
+    """An accepted Anthropic SSE stream relayed as it is: iterating yields (event name, data
+    bytes, parsed data). ``usage`` follows message_start and message_delta; an ``error``
+    event, a malformed event or an end before message_stop raises StreamBrokenError."""
+
+    def __init__(self, provider: str, resp: aiohttp.ClientResponse, idle_timeout: float) -> None:
+        super().__init__(provider, resp, idle_timeout)
+        self._gen: AsyncGenerator[tuple[str, bytes, dict[str, Any]], None] | None = None
+        self._raw_usage: dict[str, Any] = {}
+        self.stop_reason: str | None = None
+
+    def __aiter__(self) -> AsyncIterator[tuple[str, bytes, dict[str, Any]]]:
+        if self._gen is None:
+            self._gen = self._iterate()
+        return self._gen
+
+    def _note(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "message_start" and isinstance(data.get("message"), dict):
+            self._raw_usage.update(data["message"].get("usage") or {})
+        elif kind == "message_delta":
+            self._raw_usage.update(data.get("usage") or {})
+            delta = data.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
+                self.stop_reason = delta["stop_reason"]
+        else:
+            return
+        self.usage = usage_from_anthropic(self._raw_usage)
+
+    async def _iterate(self) -> AsyncGenerator[tuple[str, bytes, dict[str, Any]], None]:
+        finished = False
+        try:
+            async with contextlib.aclosing(self._events()) as events:
+                async for event, raw in events:
+                    data = self._parse(raw)
+                    kind = data.get("type") if isinstance(data.get("type"), str) else event
+                    if kind == "error":
+                        err = data.get("error")
+                        what = err.get("type") if isinstance(err, dict) else None
+                        raise self._broken(f"sent an error event ({what or 'unknown'})")
+                    self._note(str(kind), data)
+                    yield event or str(kind), raw, data
+                    if kind == "message_stop":
+                        finished = True
+                        return
+            raise self._broken("ended before message_stop")
+        finally:
+            if finished:
+                self._resp.release()
+            else:
+                self._resp.close()
+
+    async def aclose(self) -> None:
+        gen = self._gen
+        if gen is not None:
             with contextlib.suppress(RuntimeError):
                 await gen.aclose()
         self._resp.close()

@@ -13,8 +13,8 @@ from typing import Any
 
 from gateway.core.errors import StreamBrokenError
 from gateway.core.redact import redact
-from gateway.core.types import Usage
-from gateway.providers.anthropic_wire import finish_reason, usage_from_anthropic
+from gateway.core.types import Usage, usage_from_anthropic
+from gateway.providers.anthropic_wire import finish_reason
 
 _RETRYABLE_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from gateway.core.errors import BadRequestError, UpstreamError
-from gateway.core.types import ChatResult, Usage
+from gateway.core.types import ChatResult, Usage, usage_from_anthropic
 
 DEFAULT_MAX_TOKENS = 4096
 
@@ -347,28 +347,6 @@ def _tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
 
 
 # ---------------------------------------------------------------- response: Anthropic -> OpenAI
-
-
-def usage_from_anthropic(raw: Any) -> Usage | None:
-    """Anthropic usage -> ``Usage`` (input includes cache reads and cache writes)."""
-    if not isinstance(raw, dict):
-        return None
-    inp = _int(raw.get("input_tokens"))
-    read = _int(raw.get("cache_read_input_tokens"))
-    write = _int(raw.get("cache_creation_input_tokens"))
-    # cache_creation splits the writes by TTL: 5-minute (1.25x input) and 1-hour (2x input).
-    split = raw.get("cache_creation")
-    w5m = _int(split.get("ephemeral_5m_input_tokens")) if isinstance(split, dict) else None
-    w1h = _int(split.get("ephemeral_1h_input_tokens")) if isinstance(split, dict) else None
-    if write is None and (w5m is not None or w1h is not None):
-        write = (w5m or 0) + (w1h or 0)
-    return Usage(
-        input_tokens=None if inp is None else inp + (read or 0) + (write or 0),
-        output_tokens=_int(raw.get("output_tokens")),
-        cached_input_tokens=read,
-        cache_write_tokens=write,
-        cache_write_1h_tokens=w1h,
-    )
 
 
 def finish_reason(stop_reason: Any) -> str:
