@@ -264,6 +264,9 @@ class Policy(_Strict):
     providers: dict[str, ProviderPolicy] = Field(default_factory=dict)
     models: dict[str, ModelPolicy] = Field(default_factory=dict)
     routes: dict[str, RoutePolicy] = Field(default_factory=dict)
+    # Model names clients send (globs: `claude-*`, `gpt-5*-codex`) -> a route or model; the
+    # first pattern that matches wins, exact route/model names always come first.
+    aliases: dict[str, str] = Field(default_factory=dict)
     allow_direct_models: bool = True
     tenants: dict[str, TenantPolicy] = Field(default_factory=dict)
     cache: CachePolicy = Field(default_factory=CachePolicy)
@@ -307,4 +310,7 @@ class Policy(_Strict):
                     errors.append((f"tenants.{tname}.models[{i}]", f"unknown route or model '{m}'"))
         if self.cache.backend == "redis" and not self.cache.redis_url:
             errors.append(("cache.redis_url", "required when cache.backend is 'redis'"))
+        for pattern, name in self.aliases.items():
+            if name not in self.routes and name not in self.models:
+                errors.append((f"aliases.{pattern}", f"unknown route or model '{name}'"))
         return errors

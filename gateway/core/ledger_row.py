@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final
 
-ENDPOINTS: Final = frozenset({"chat", "completions", "embeddings"})
+ENDPOINTS: Final = frozenset({"chat", "completions", "embeddings", "messages", "responses"})
 CACHE_STATUSES: Final = frozenset({"miss", "hit", "semantic_hit", "bypass", "off"})
 STATUSES: Final = frozenset({"ok", "error", "client_disconnected", "stream_broken"})
 SAVINGS_CAUSES: Final = frozenset({"exact_cache", "semantic_cache", "self_hosted", "routing", "none"})
@@ -25,7 +25,7 @@ class LedgerRow:
     requested_model: str  # what the client sent as ``model``
     served_model: str | None  # catalog model that answered (None: nothing answered)
     provider: str | None
-    endpoint: str  # "chat" | "completions" | "embeddings"
+    endpoint: str  # one of ENDPOINTS
     stream: bool
     cache_status: str  # "miss" | "hit" | "bypass" | "off"
     input_tokens: int | None

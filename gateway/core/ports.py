@@ -11,12 +11,12 @@ limits' reservation and budget candidate are opaque handles the flow only passes
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Protocol
 
 from gateway.core.ledger_row import LedgerRow
-from gateway.core.types import ChatResult, ChatStream, RawResult, RequestFacts, Target
+from gateway.core.types import ChatResult, ChatStream, RawResult, RequestFacts, Target, Usage
 
 PolicyT = Any  # gateway.config.policy.Policy (or RoutePolicy where the name says route_policy)
 Reservation = Any  # opaque: what Limits.reserve handed out, given back to settle/release
@@ -208,3 +208,64 @@ class Tracer(Protocol):
     def record(self, facts: RequestFacts) -> None: ...
 
     def shutdown(self) -> None: ...
+
+
+class MessagesStream(Protocol):
+    """An accepted Anthropic Messages stream: (event name, data bytes as sent, parsed data)."""
+
+    usage: Usage | None
+
+    def __aiter__(self) -> AsyncIterator[tuple[str, bytes, dict[str, Any]]]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MessagesUpstream(Protocol):
+    """A provider that speaks Anthropic Messages itself: the client's body goes out as it is
+    (only ``model`` replaced), the answer comes back as it is."""
+
+    async def messages(
+        self, body: dict[str, Any], target: Target, timeout: float, forwarded: Mapping[str, str]
+    ) -> RawResult: ...
+
+    async def messages_stream(
+        self,
+        body: dict[str, Any],
+        target: Target,
+        timeout: float,
+        idle_timeout: float,
+        forwarded: Mapping[str, str],
+    ) -> MessagesStream: ...
+
+
+class StoredResponse(Protocol):
+    """One stored Responses API response: the Response object, the request's own input items,
+    and the conversation items before them (what ``previous_response_id`` continues)."""
+
+    @property
+    def response(self) -> dict[str, Any]: ...
+
+    @property
+    def input_items(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def history(self) -> list[dict[str, Any]]: ...
+
+
+class ResponseStore(Protocol):
+    """Conversation state of the Responses API, per tenant, kept for a TTL (another tenant's
+    id, or an expired one, is not found)."""
+
+    async def put(
+        self,
+        tenant: str,
+        response: dict[str, Any],
+        input_items: Sequence[dict[str, Any]],
+        history: Sequence[dict[str, Any]],
+    ) -> None: ...
+
+    async def get(self, tenant: str, response_id: str) -> StoredResponse | None: ...
+
+    async def delete(self, tenant: str, response_id: str) -> bool: ...
+
+    def close(self) -> None: ...

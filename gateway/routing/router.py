@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from fnmatch import fnmatchcase
 
 from gateway.config.policy import Policy, RoutePolicy
 from gateway.core.errors import BadRequestError, NotFoundError, PermissionDeniedError, ServiceUnavailableError
@@ -24,7 +25,7 @@ class Router:
                 name, [t.model for t in route.targets], route, route.baseline, True
             )
             if route.classifier is not None:
-                auto = build_auto(name, route, self._route_planner(name, route))
+                auto = build_auto(name, route, self._route_planner(name, route), policy.models)
                 self._plans[name] = replace(self._plans[name], auto=auto)
         if policy.allow_direct_models:
             for name in policy.models:
@@ -80,6 +81,9 @@ class Router:
             raise BadRequestError("'model' must be a non-empty string", param="model")
         plan = self._plans.get(model)
         if plan is None:
+            model = self._alias(model)
+            plan = self._plans.get(model)
+        if plan is None:
             raise NotFoundError(
                 f"The model '{model}' does not exist or is not served by this gateway", param="model"
             )
@@ -95,6 +99,13 @@ class Router:
                 code="provider_not_configured",
             )
         return plan
+
+    def _alias(self, model: str) -> str:
+        """The route/model an alias pattern maps ``model`` to (``model`` itself when none does)."""
+        for pattern, name in self._policy.aliases.items():
+            if fnmatchcase(model, pattern):
+                return name
+        return model
 
     def visible_models(self, principal: Principal) -> list[tuple[str, str]]:
         """(id, owner) of every route/model this principal may call."""

@@ -1,0 +1,70 @@
+"""Anthropic Messages in: ``POST /v1/messages`` (also with ``?beta=true``) and
+``POST /v1/messages/count_tokens``. Thin handlers: admit like the OpenAI routes (the same key
+as ``x-api-key`` or Bearer), validate, call gateway/flow/messages.py; every error leaves in
+Anthropic's shape (``{"type": "error", "error": {...}}``)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from gateway.api.errors import error_headers, request_id_of
+from gateway.api.routes import _json_body, _render
+from gateway.api.state import AppState, wanted_headers
+from gateway.core.errors import SwitchyardError
+from gateway.flow import messages as flow
+from gateway.protocols.anthropic_messages import CountTokensRequest, MessagesRequest, error_body
+from gateway.protocols.openai_chat import validate
+
+router = APIRouter()
+FORWARDED = ("anthropic-version", "anthropic-beta")
+
+
+def _error(exc: SwitchyardError, request: Request) -> Response:
+    body = orjson.dumps(error_body(exc))
+    headers = error_headers(exc, request_id_of(request))
+    return Response(body, status_code=exc.status, headers=headers, media_type="application/json")
+
+
+async def _guarded(request: Request, handle: Callable[[Request], Awaitable[Response]]) -> Response:
+    try:
+        return await handle(request)
+    except SwitchyardError as exc:
+        return _error(exc, request)
+
+
+async def _messages(request: Request) -> Response:
+    state: AppState = request.app.state.sy
+    svc = state.services
+    headers = wanted_headers(request.scope)
+    ex = state.open(request, headers, svc)
+    data = await _json_body(request, svc.policy.server.max_body_bytes, headers.get("content-length"))
+    validate(MessagesRequest, data)
+    forwarded = {name: request.headers[name] for name in FORWARDED if name in request.headers}
+    return _render(await flow.messages(svc, data, forwarded, ex))
+
+
+async def _count_tokens(request: Request) -> Response:
+    state: AppState = request.app.state.sy
+    svc = state.services
+    headers = wanted_headers(request.scope)
+    ex = state.open(request, headers, svc)
+    data = await _json_body(request, svc.policy.server.max_body_bytes, headers.get("content-length"))
+    validate(CountTokensRequest, data)
+    return Response(orjson.dumps(await flow.count_tokens(svc, data, ex)), media_type="application/json")
+
+
+@router.post("/v1/messages")
+async def messages(request: Request) -> Response:
+    return await _guarded(request, _messages)
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_tokens(request: Request) -> Response:
+    return await _guarded(request, _count_tokens)
+
+
+HOT_ROUTES = {("POST", "/v1/messages"): messages}
