@@ -23,6 +23,7 @@ from gateway.config.settings import Settings
 from gateway.core.ports import ExactCache, Ledger, Provider, Tracer
 from gateway.flow.services import Services, TaskOwner
 from gateway.ledger.open import open_ledger
+from gateway.ledger.responses import SqliteResponseStore
 from gateway.ledger.tokens import count_prompt_tokens
 from gateway.limits.gate import Limits, prompt_token_bound
 from gateway.limits.keys import KeyCache, KeyStoreBase
@@ -257,6 +258,8 @@ class Gateway:
             svc.tracer.shutdown()
         await close_parts([*svc.providers.values(), svc.cache])
         await asyncio.to_thread(svc.ledger.close)
+        if svc.responses is not None:
+            svc.responses.close()
         self._key_store.close()
 
 
@@ -297,6 +300,7 @@ async def start(settings: Settings) -> Gateway:
         tasks=tasks,
         tracer=_tracer(settings, policy),
         secrets=_secrets(policy),
+        responses=SqliteResponseStore(settings.home / "responses.db"),
     )
     _warn_unconfigured(policy)
     gateway = Gateway(services, key_store)

@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway.config.policy import Policy
 from gateway.config.settings import Settings
-from gateway.core.ports import ExactCache, Ledger, Limits, Provider, SemanticLookup, Tracer
+from gateway.core.ports import ExactCache, Ledger, Limits, Provider, ResponseStore, SemanticLookup, Tracer
 from gateway.limits.keys import KeyCache
 from gateway.routing.breaker import BreakerBoard
 from gateway.routing.engine_load import EngineBoard
@@ -84,3 +84,4 @@ class Services:
     tasks: TaskOwner
     tracer: Tracer | None = None
     secrets: tuple[str, ...] = field(default=(), repr=False)  # provider keys, for redaction
+    responses: ResponseStore | None = None  # stored Responses API responses (previous_response_id)

@@ -1,0 +1,493 @@
+"""OpenAI Responses in (``POST /v1/responses``): wire validation, the translation of a
+Responses request into an OpenAI chat body (served by any route's providers through the chat
+path), and of a chat completion, or a stream of chat chunks, back into a Response object or
+the Responses stream events.
+
+Translation decisions (Responses -> chat):
+- ``input`` (a string, or items) and the stored conversation before it become ``messages``:
+  message items with ``input_text``/``output_text``/``input_image`` parts, ``function_call``
+  items (assistant ``tool_calls``), ``function_call_output`` items (``tool`` messages).
+  ``instructions`` is the first system message; ``developer`` messages are sent as system.
+- ``tools`` of type function -> chat function tools; ``tool_choice`` as chat spells it;
+  ``text.format`` json_schema/json_object -> ``response_format``; ``reasoning.effort`` ->
+  ``reasoning_effort``; ``max_output_tokens`` -> ``max_tokens``; ``temperature``, ``top_p``,
+  ``parallel_tool_calls``, ``user``, ``prompt_cache_key``, ``safety_identifier`` as they are.
+- Reasoning items of earlier turns have no place in chat: they are not sent, and named in the
+  reply header ``x-switchyard-dropped`` (as ``truncation`` and ``include`` are).
+- Anything else that cannot be translated (built-in tools such as ``web_search``, file
+  inputs, item references, ``background``, ``conversation``, ``prompt``) is a 400 naming the
+  field, never a silent drop.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from gateway.core.errors import BadRequestError, SwitchyardError
+from gateway.core.types import Usage
+
+Number = Annotated[float, Field(strict=False)]
+Item = dict[str, Any]
+_UNSUPPORTED = ("background", "conversation", "prompt")
+_DROPPED = ("truncation",)
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+# ----------------------------------------------------------------------------- wire model
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ResponsesRequest(_Open):
+    model: StrictStr
+    input: StrictStr | list[dict[str, Any]] | None = None
+    instructions: StrictStr | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: StrictStr | dict[str, Any] | None = None
+    stream: StrictBool | None = False
+    store: StrictBool | None = True
+    previous_response_id: StrictStr | None = None
+    max_output_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    temperature: Annotated[Number, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[Number, Field(ge=0, le=1)] | None = None
+    parallel_tool_calls: StrictBool | None = None
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    metadata: dict[str, StrictStr] | None = None
+    include: list[StrictStr] | None = None
+    prompt_cache_key: StrictStr | None = None
+    user: StrictStr | None = None
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{os.urandom(12).hex()}"
+
+
+# ----------------------------------------------------------------------------- request -> chat
+def input_items(body: dict[str, Any]) -> list[Item]:
+    """The request's ``input`` as items (a string is one user message), each with an id (what
+    the store keeps and ``input_items`` lists)."""
+    raw = body.get("input")
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        return [_message("user", [{"type": "input_text", "text": raw}])]
+    out: list[Item] = []
+    for i, item in enumerate(raw):
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            content = item.get("content")
+            if isinstance(content, str):
+                part = "output_text" if item.get("role") == "assistant" else "input_text"
+                content = [_text_part(part, content)]
+            if not isinstance(content, list):
+                raise BadRequestError(f"Invalid value for 'input[{i}].content'", param=f"input[{i}].content")
+            msg = {**item, "type": "message", "content": content, "id": item.get("id") or new_id("msg")}
+            out.append({"status": "completed", **msg})
+        elif kind in ("function_call", "function_call_output", "reasoning"):
+            prefix = {"function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}[kind]
+            out.append({"status": "completed", **item, "id": item.get("id") or new_id(prefix)})
+        else:
+            param = f"input[{i}].type"
+            raise BadRequestError(
+                f"Input items of type '{kind}' cannot be served by this gateway", param=param
+            )
+    return out
+
+
+def _text_part(kind: str, text: str) -> Item:
+    return (
+        {"type": kind, "text": text, "annotations": []}
+        if kind == "output_text"
+        else {"type": kind, "text": text}
+    )
+
+
+def _message(role: str, content: list[Item]) -> Item:
+    return {"type": "message", "id": new_id("msg"), "role": role, "content": content, "status": "completed"}
+
+
+def to_chat(body: dict[str, Any], items: list[Item]) -> tuple[dict[str, Any], list[str]]:
+    """A validated Responses body and the conversation's items (stored history, then this
+    request's input) -> (an OpenAI chat body, the names of what was not sent)."""
+    for name in _UNSUPPORTED:
+        if body.get(name) is not None:
+            raise BadRequestError(f"'{name}' is not supported by this gateway", param=name)
+    dropped = [name for name in _DROPPED if body.get(name) not in (None, "disabled")]
+    messages: list[Item] = []
+    if body.get("instructions"):
+        messages.append({"role": "system", "content": body["instructions"]})
+    for i, item in enumerate(items):
+        if item.get("type") == "reasoning":
+            if "reasoning" not in dropped:
+                dropped.append("reasoning")
+            continue
+        _add_item(messages, item, i)
+    if not messages:
+        raise BadRequestError("Missing required parameter: 'input'", param="input")
+    chat: dict[str, Any] = {"model": body["model"], "messages": messages}
+    if body.get("stream"):
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    for name in (
+        "temperature",
+        "top_p",
+        "parallel_tool_calls",
+        "user",
+        "prompt_cache_key",
+        "safety_identifier",
+    ):
+        if body.get(name) is not None:
+            chat[name] = body[name]
+    if body.get("tools"):
+        chat["tools"] = [_tool(t, i) for i, t in enumerate(body["tools"])]
+    if body.get("tool_choice") is not None:
+        chat["tool_choice"] = _tool_choice(body["tool_choice"])
+    fmt = _response_format((body.get("text") or {}).get("format"))
+    if fmt is not None:
+        chat["response_format"] = fmt
+    effort = (body.get("reasoning") or {}).get("effort")
+    if effort is not None:
+        chat["reasoning_effort"] = effort
+    return chat, dropped
+
+
+def _add_item(messages: list[Item], item: Item, i: int) -> None:
+    kind = item.get("type")
+    if kind == "function_call":
+        call = {
+            "id": item["call_id"],
+            "type": "function",
+            "function": {"name": item["name"], "arguments": item.get("arguments") or ""},
+        }
+        last = messages[-1] if messages else None
+        if last is not None and last["role"] == "assistant":
+            last.setdefault("tool_calls", []).append(call)
+        else:
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    elif kind == "function_call_output":
+        output = item.get("output")
+        if isinstance(output, list):
+            output = "".join(_part_text(p, f"input[{i}].output") for p in output)
+        messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output or ""})
+    else:
+        role = item.get("role")
+        if role not in ("user", "assistant", "system", "developer"):
+            raise BadRequestError(f"Invalid value for 'input[{i}].role'", param=f"input[{i}].role")
+        parts = item["content"]
+        if role == "assistant":
+            text = "".join(_part_text(p, f"input[{i}].content") for p in parts)
+            messages.append({"role": "assistant", "content": text})
+        elif all(p.get("type") in ("input_text", "output_text") for p in parts):
+            text = "".join(str(p.get("text", "")) for p in parts)
+            messages.append({"role": "system" if role == "developer" else role, "content": text})
+        else:
+            content = [_chat_part(p, f"input[{i}].content[{j}]") for j, p in enumerate(parts)]
+            messages.append({"role": "system" if role == "developer" else role, "content": content})
+
+
+def _part_text(part: Item, param: str) -> str:
+    kind = part.get("type")
+    if kind in ("input_text", "output_text", "text"):
+        return str(part.get("text", ""))
+    if kind == "refusal":
+        return str(part.get("refusal", ""))
+    raise BadRequestError(f"Content parts of type '{kind}' cannot be sent here", param=param)
+
+
+def _chat_part(part: Item, param: str) -> Item:
+    kind = part.get("type")
+    if kind in ("input_text", "output_text"):
+        return {"type": "text", "text": str(part.get("text", ""))}
+    if kind == "input_image" and isinstance(part.get("image_url"), str):
+        image: Item = {"url": part["image_url"]}
+        if part.get("detail") in ("low", "high", "auto"):
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    what = "images by file_id" if kind == "input_image" else f"content parts of type '{kind}'"
+    raise BadRequestError(f"This gateway cannot translate {what}", param=f"{param}.type")
+
+
+def _tool(tool: Item, i: int) -> Item:
+    if tool.get("type") != "function":
+        kind = tool.get("type")
+        raise BadRequestError(f"Built-in tools such as '{kind}' are not supported", param=f"tools[{i}].type")
+    if not isinstance(tool.get("name"), str) or not tool["name"]:
+        raise BadRequestError(f"Missing required parameter: 'tools[{i}].name'", param=f"tools[{i}].name")
+    fn: Item = {"name": tool["name"]}
+    for name in ("description", "parameters", "strict"):
+        if tool.get(name) is not None:
+            fn[name] = tool[name]
+    return {"type": "function", "function": fn}
+
+
+def _tool_choice(choice: str | Item) -> str | Item:
+    if isinstance(choice, str):
+        if choice in ("auto", "none", "required"):
+            return choice
+        raise BadRequestError(f"Invalid value for 'tool_choice': {choice!r}", param="tool_choice")
+    if choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise BadRequestError("Only function tool choices are supported", param="tool_choice.type")
+
+
+def _response_format(fmt: Any) -> Item | None:
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise BadRequestError("Invalid value for 'text.format'", param="text.format.type")
+    if fmt["type"] == "text":
+        return None
+    if fmt["type"] == "json_object":
+        return {"type": "json_object"}
+    if not isinstance(fmt.get("schema"), dict) or not isinstance(fmt.get("name"), str):
+        raise BadRequestError(
+            "'text.format' json_schema needs 'name' and 'schema'", param="text.format.schema"
+        )
+    schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if fmt.get(k) is not None}
+    return {"type": "json_schema", "json_schema": schema}
+
+
+# ----------------------------------------------------------------------------- chat -> Response
+def usage_object(usage: Usage) -> Item:
+    inp, out = usage.input_tokens or 0, usage.output_tokens or 0
+    return {
+        "input_tokens": inp,
+        "input_tokens_details": {
+            "cached_tokens": usage.cached_input_tokens or 0,
+            "cache_write_tokens": usage.cache_write_tokens or 0,
+        },
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
+        "total_tokens": inp + out,
+    }
+
+
+def skeleton(body: dict[str, Any], rid: str, created_at: int) -> Item:
+    """The Response object before its output: the request's settings echoed back."""
+    text = body.get("text") or {}
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": created_at,
+        "status": "in_progress",
+        "model": body["model"],
+        "output": [],
+        "error": None,
+        "incomplete_details": None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "metadata": body.get("metadata") or {},
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": body.get("previous_response_id"),
+        "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
+        "store": body.get("store", True) is not False,
+        "temperature": body.get("temperature"),
+        "text": {**text, "format": text.get("format") or {"type": "text"}},
+        "tool_choice": body.get("tool_choice") or "auto",
+        "tools": body.get("tools") or [],
+        "top_p": body.get("top_p"),
+        "truncation": body.get("truncation") or "disabled",
+        "user": body.get("user"),
+        "prompt_cache_key": body.get("prompt_cache_key"),
+        "usage": None,
+    }
+
+
+def finished(response: Item, output: list[Item], finish: str | None, usage: Usage) -> Item:
+    reason = _INCOMPLETE.get(finish or "")
+    return {
+        **response,
+        "status": "incomplete" if reason else "completed",
+        "incomplete_details": {"reason": reason} if reason else None,
+        "output": output,
+        "usage": usage_object(usage),
+    }
+
+
+def output_items(message: dict[str, Any]) -> list[Item]:
+    """A chat ``message`` -> the Response's output items (a message item, function calls)."""
+    out: list[Item] = []
+    parts: list[Item] = []
+    if message.get("content"):
+        parts.append(_text_part("output_text", str(message["content"])))
+    if message.get("refusal"):
+        parts.append({"type": "refusal", "refusal": str(message["refusal"])})
+    if parts:
+        out.append({**_message("assistant", parts)})
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        out.append(
+            _function_call(str(call.get("id") or new_id("call")), str(fn.get("name")), fn.get("arguments"))
+        )
+    return out
+
+
+def _function_call(call_id: str, name: str, arguments: Any, status: str = "completed") -> Item:
+    args = arguments if isinstance(arguments, str) else ""
+    return {
+        "type": "function_call",
+        "id": new_id("fc"),
+        "call_id": call_id,
+        "name": name,
+        "arguments": args,
+        "status": status,
+    }
+
+
+def from_chat(
+    body: dict[str, Any], completion: dict[str, Any], rid: str, created_at: int, usage: Usage
+) -> Item:
+    choices = completion.get("choices") or [{}]
+    choice = choices[0]
+    output = output_items(choice.get("message") or {})
+    return finished(skeleton(body, rid, created_at), output, choice.get("finish_reason"), usage)
+
+
+# ----------------------------------------------------------------------------- stream events
+def frame(event: Item) -> bytes:
+    return b"event: " + str(event["type"]).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+class EventEncoder:
+    """Chat chunks in, Responses stream events out: ``start`` (created, in_progress), ``add``
+    per chunk (items opened, text and argument deltas), ``finish`` (items closed, completed),
+    ``error`` (the stream broke)."""
+
+    def __init__(self, response: Item) -> None:
+        self.response = response
+        self.seq = 0
+        self.output: list[Item] = []
+        self._text: Item | None = None  # the open message item
+        self._text_index = 0
+        self._calls: dict[int, int] = {}  # chat tool-call index -> output index
+        self._open_calls: list[int] = []
+        self.finish_reason: str | None = None
+
+    def _ev(self, kind: str, **fields: Any) -> Item:
+        event = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return event
+
+    def start(self) -> Iterator[Item]:
+        yield self._ev("response.created", response=self.response)
+        yield self._ev("response.in_progress", response=self.response)
+
+    def add(self, chunk: dict[str, Any]) -> Iterator[Item]:
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                yield from self._text_delta(str(delta["content"]))
+            for call in delta.get("tool_calls") or []:
+                yield from self._call_delta(call)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    def _text_delta(self, text: str) -> Iterator[Item]:
+        if self._text is None:
+            self._text = {
+                "type": "message",
+                "id": new_id("msg"),
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
+            self._text_index = len(self.output)
+            self.output.append(self._text)
+            yield self._ev(
+                "response.output_item.added", output_index=self._text_index, item=dict(self._text, content=[])
+            )
+            part = _text_part("output_text", "")
+            yield self._ev(
+                "response.content_part.added",
+                item_id=self._text["id"],
+                output_index=self._text_index,
+                content_index=0,
+                part=part,
+            )
+            self._text["content"] = [part]
+        self._text["content"][0]["text"] += text
+        yield self._ev(
+            "response.output_text.delta",
+            item_id=self._text["id"],
+            output_index=self._text_index,
+            content_index=0,
+            delta=text,
+            logprobs=[],
+        )
+
+    def _call_delta(self, call: dict[str, Any]) -> Iterator[Item]:
+        index = call.get("index", 0)
+        fn = call.get("function") or {}
+        if index not in self._calls:
+            item = _function_call(
+                str(call.get("id") or new_id("call")), str(fn.get("name") or ""), "", "in_progress"
+            )
+            self._calls[index] = len(self.output)
+            self._open_calls.append(len(self.output))
+            self.output.append(item)
+            yield self._ev("response.output_item.added", output_index=self._calls[index], item=dict(item))
+        out_index = self._calls[index]
+        item = self.output[out_index]
+        if fn.get("name") and not item["name"]:
+            item["name"] = fn["name"]
+        if fn.get("arguments"):
+            item["arguments"] += fn["arguments"]
+            yield self._ev(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=out_index,
+                delta=fn["arguments"],
+            )
+
+    def finish(self, usage: Usage) -> Iterator[Item]:
+        if self._text is not None:
+            item, index = self._text, self._text_index
+            part = item["content"][0]
+            yield self._ev(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=part["text"],
+                logprobs=[],
+            )
+            yield self._ev(
+                "response.content_part.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=part,
+            )
+            item["status"] = "completed"
+            yield self._ev("response.output_item.done", output_index=index, item=item)
+        for index in self._open_calls:
+            item = self.output[index]
+            yield self._ev(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                arguments=item["arguments"],
+            )
+            item["status"] = "completed"
+            yield self._ev("response.output_item.done", output_index=index, item=item)
+        self.response = finished(self.response, self.output, self.finish_reason, usage)
+        kind = "response.completed" if self.response["status"] == "completed" else "response.incomplete"
+        yield self._ev(kind, response=self.response)
+
+    def error(self, exc: SwitchyardError) -> Item:
+        return self._ev("error", code=exc.code, message=exc.message, param=exc.param)
+
+
+def created_now() -> int:
+    return int(time.time())
