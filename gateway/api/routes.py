@@ -18,7 +18,7 @@ from gateway.api.errors import error_response
 from gateway.api.openapi import ERROR_RESPONSES, openapi_extra
 from gateway.api.sse import SSEResponse
 from gateway.api.state import AppState, wanted_headers
-from gateway.core.errors import BadRequestError, PayloadTooLargeError
+from gateway.core.errors import BadRequestError, NotFoundError, PayloadTooLargeError, SwitchyardError
 from gateway.flow import admin, pipeline
 from gateway.flow.exchange import Exchange
 from gateway.flow.reply import Reply
@@ -28,6 +28,8 @@ from gateway.protocols.openai_chat import (
     CompletionRequest,
     EmbeddingRequest,
     chat_request,
+    check_depth,
+    too_deep,
     validate,
 )
 
@@ -58,11 +60,15 @@ async def _json_body(request: Request, limit: int, length: str | None) -> Any:
     if not raw:
         raise BadRequestError("The request body is empty; send a JSON object")
     try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):
+            raise too_deep() from None
         raise BadRequestError(
             "We could not parse the JSON body of your request: it is not valid JSON (UTF-8)"
         ) from None
+    check_depth(raw, data)  # one nesting limit at the door (protocols.openai_chat.MAX_JSON_DEPTH)
+    return data
 
 
 def _render(reply: Reply) -> Response:
@@ -116,6 +122,26 @@ async def list_models(request: Request) -> Response:
         for name, owner in svc.router.visible_models(ex.principal)
     ]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type=JSON)
+
+
+@router.get("/v1/models/{model_id:path}", responses=ERROR_RESPONSES)
+async def retrieve_model(request: Request, model_id: str) -> Response:
+    """One model or route the caller may use (an alias the policy maps to a chat route too);
+    404 in OpenAI's shape for anything else, whether it exists or the key may not see it."""
+    state = _state(request)
+    svc = state.services
+    ex = state.open(request, wanted_headers(request.scope), svc)
+    owner = dict(svc.router.visible_models(ex.principal)).get(model_id)
+    if owner is None:
+        try:
+            svc.router.plan(model_id, ex.principal, "chat")
+            owner = "switchyard"
+        except SwitchyardError:
+            raise NotFoundError(
+                f"The model '{model_id}' does not exist or you do not have access to it.", param="model"
+            ) from None
+    body = {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": owner}
+    return Response(orjson.dumps(body), media_type=JSON)
 
 
 @router.get("/healthz")

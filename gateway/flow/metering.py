@@ -25,6 +25,15 @@ def record(svc: Services, ex: Exchange) -> None:
     if ex.recorded:
         return
     ex.recorded = True
+    try:
+        _record(svc, ex)
+    except BaseException:
+        svc.limits.release(ex.reservation)  # never leave a reservation behind
+        ex.reservation = None
+        raise
+
+
+def _record(svc: Services, ex: Exchange) -> None:
     total = time.perf_counter() - ex.started
     served = ex.target if not ex.cache_hit else None
     priced = ex.endpoint != "embeddings"  # embeddings have no output tokens to price

@@ -7,12 +7,14 @@ request's ``Exchange``; nothing here knows HTTP, and I/O happens only through co
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 import orjson
 
 from gateway.cache.semantic_key import last_user_text
-from gateway.core.errors import SwitchyardError
+from gateway.core.errors import InternalError, SwitchyardError
 from gateway.core.ports import Provider
 from gateway.core.redact import redact
 from gateway.core.types import ChatRequest, RawResult, Target
@@ -26,6 +28,8 @@ from gateway.flow.upstream import attempt, estimate
 from gateway.routing.params import apply_params
 from gateway.routing.plan import RoutePlan
 from gateway.telemetry.prompt_log import log_exchange
+
+log = logging.getLogger("switchyard")
 
 
 # --------------------------------------------------------------------------- entry points
@@ -57,6 +61,11 @@ async def chat(svc: Services, req: ChatRequest, ex: Exchange) -> Reply:
     except SwitchyardError as exc:
         await failed(svc, ex, exc)
         raise
+    except asyncio.CancelledError:
+        abandoned(svc, ex)
+        raise
+    except Exception as exc:
+        raise await unexpected(svc, ex, exc) from exc
     record(svc, ex)
     return await durable(ex, Reply(headers(ex), body=payload))
 
@@ -76,11 +85,17 @@ async def passthrough(svc: Services, endpoint: str, body: dict[str, Any], ex: Ex
 
         result = await attempt(svc, plan, ex, call)
         ex.usage = result.usage
+        payload = orjson.dumps(result.body)
     except SwitchyardError as exc:
         await failed(svc, ex, exc)
         raise
+    except asyncio.CancelledError:
+        abandoned(svc, ex)
+        raise
+    except Exception as exc:
+        raise await unexpected(svc, ex, exc) from exc
     record(svc, ex)
-    return await durable(ex, Reply(headers(ex), body=orjson.dumps(result.body)))
+    return await durable(ex, Reply(headers(ex), body=payload))
 
 
 # --------------------------------------------------------------------------- steps
@@ -125,3 +140,22 @@ async def failed(svc: Services, ex: Exchange, exc: SwitchyardError) -> None:
         svc.metrics.rejections.labels(exc.code or str(exc.status)).inc()
     record(svc, ex)  # every authenticated request gets its ledger row
     await durable(ex, None)
+
+
+async def unexpected(svc: Services, ex: Exchange, exc: BaseException) -> InternalError:
+    """A bug inside the gateway (any exception that is not a SwitchyardError): log it, release
+    what the request reserved, leave its ledger row (error, 500) and hand back the 500 to raise."""
+    log.error("unexpected error in request %s", ex.request_id, exc_info=exc)
+    error = InternalError(f"Internal gateway error (request id {ex.request_id})")
+    await failed(svc, ex, error)
+    return error
+
+
+def abandoned(svc: Services, ex: Exchange) -> None:
+    """The request's task was cancelled (the client left, the server is stopping): nothing was
+    delivered, so the reservation is released and the row says 499."""
+    if not ex.recorded:
+        ex.status, ex.http_status = "client_disconnected", 499
+        svc.limits.release(ex.reservation)
+        ex.reservation = None
+        record(svc, ex)

@@ -6,6 +6,7 @@ end), or abandoned by the client (499, the upstream released)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import orjson
 
 from gateway.cache.replay import StreamAssembler
-from gateway.core.errors import StreamBrokenError, UpstreamError
+from gateway.core.errors import InternalError, StreamBrokenError, UpstreamError, UpstreamTimeoutError
 from gateway.core.ports import Provider
 from gateway.core.redact import redact
 from gateway.core.types import ChatRequest, ChatStream, Target
@@ -26,6 +27,8 @@ from gateway.flow.upstream import attempt, estimate
 from gateway.routing.plan import RoutePlan
 from gateway.telemetry.prompt_log import log_exchange
 
+log = logging.getLogger("switchyard")
+YIELD_EVERY = 16  # chunks relayed between two forced suspensions of the relaying task
 Opened = tuple[ChatStream, AsyncIterator[dict[str, Any]], dict[str, Any]]
 
 
@@ -67,13 +70,23 @@ async def relay(
     stream, iterator, first = opened
     assembler = StreamAssembler()
     include_usage = req.include_usage
+    deadline_s = plan.policy.deadline_s
+    deadline = ex.started + deadline_s
     ex.status = "client_disconnected"  # until proven otherwise
     try:
         assembler.add(first)
         ex.ttft = time.perf_counter() - ex.started
         yield sse(first)
+        relayed = 0
         async for chunk in iterator:
             assembler.add(chunk)
+            relayed += 1
+            if relayed % YIELD_EVERY == 0:
+                # A fast upstream and a client that left never suspend this task (a send to a
+                # closed connection returns at once): give the disconnect watcher its turn.
+                await asyncio.sleep(0)
+            if time.perf_counter() > deadline:
+                raise UpstreamTimeoutError(f"deadline of {deadline_s:g}s for '{plan.name}' exceeded")
             if not include_usage and not chunk.get("choices") and chunk.get("usage"):
                 continue  # the usage-only chunk the client did not ask for
             yield sse(chunk)
@@ -90,6 +103,11 @@ async def relay(
         ex.status, ex.http_status, ex.error_code = "stream_broken", 502, exc.code
         exc.message = redact(exc.message, svc.secrets)
         yield sse(exc.to_body())
+    except Exception as exc:  # a bug: the stream ends with an error event, never a clean end
+        log.error("unexpected error relaying request %s", ex.request_id, exc_info=exc)
+        error = InternalError(f"Internal gateway error (request id {ex.request_id})")
+        ex.status, ex.http_status, ex.error_code = "stream_broken", error.status, error.code
+        yield sse(error.to_body())
     finally:
         if not ex.recorded:  # broken or abandoned (an ok stream recorded above)
             ex.usage = stream.usage or estimate(req.body, assembler.completion(), ex, None)

@@ -59,6 +59,21 @@ def requested_max_output(body: Mapping[str, Any]) -> int | None:
     return None
 
 
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1
+
+
+def output_multiplier(body: Mapping[str, Any]) -> int:
+    """How many answers of up to max_tokens one request may be billed for: ``n`` choices (or
+    ``best_of`` candidates, the larger), for each prompt of a batched /v1/completions call."""
+    answers = max(_count(body.get("n")), _count(body.get("best_of")))
+    prompt = body.get("prompt")
+    prompts = 1
+    if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+        prompts = len(prompt)  # a list of strings or of token lists: one answer set each
+    return answers * prompts
+
+
 class Limits:
     def __init__(
         self,
@@ -175,7 +190,7 @@ class Limits:
                 return index, None
             if prompt is None:
                 prompt = self._prompt_tokens(body, cand.model)
-            max_out = requested_max_output(body) or cand.max_output_tokens
+            max_out = (requested_max_output(body) or cand.max_output_tokens) * output_multiplier(body)
             amount = cand.worst_case(prompt, max_out)
             refusal, remote = await self._reserve(lines, amount)
             if refusal is None:

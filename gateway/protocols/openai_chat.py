@@ -9,12 +9,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
 
 from gateway.core.errors import BadRequestError
 from gateway.core.types import ChatRequest
 
-Number = Annotated[float, Field(strict=False)]
+# A JSON number, as OpenAI types it: an integer or a float, never a bool or a numeric string
+# (``temperature: true`` or ``top_p: "1"`` is refused, naming the field, not forwarded).
+Number = StrictFloat
+MAX_JSON_DEPTH = 64  # nesting of arrays/objects in a request body; deeper is refused with a 400
 
 
 class _Open(BaseModel):
@@ -120,6 +132,28 @@ def _param(loc: tuple[int | str, ...], data: Any) -> str:
             out += f"[{part}]"
             node = node[part]
     return out
+
+
+def check_depth(raw: bytes, data: Any, limit: int = MAX_JSON_DEPTH) -> None:
+    """Refuse a JSON body that nests arrays/objects deeper than ``limit`` (a 400 naming the
+    problem): deep documents parse, then break whatever writes or walks them later."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return  # too few brackets to nest that deep (the common case: nothing to walk)
+    if not isinstance(data, (dict, list)):
+        return
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            raise too_deep(limit)
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+
+
+def too_deep(limit: int = MAX_JSON_DEPTH) -> BadRequestError:
+    return BadRequestError(
+        f"The JSON body nests arrays/objects deeper than {limit} levels; send a flatter document"
+    )
 
 
 def validate(model: type[BaseModel], data: Any) -> None:

@@ -1,0 +1,253 @@
+"""Hostile clients and lying upstreams, through a real gateway (issue 14): every path out of a
+request settles or releases its reservation and leaves its row; the worst case reserved
+counts every answer (``n``); one JSON depth limit at the door; strict sampling types; a
+client that leaves a stream stops the upstream; ``deadline_s`` cuts a stream."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+
+from tests.gateway_harness import ADMIN_KEY, RunningGateway, start_gateway
+from tests.lying_upstream import Json, LyingUpstream, chat_body, chunk, lying_policy
+
+CHAT = "/v1/chat/completions"
+HELLO = [{"role": "user", "content": "hello there"}]
+
+
+def nested(depth: int) -> Any:
+    node: Any = 1
+    for _ in range(depth):
+        node = [node]
+    return node
+
+
+@pytest.fixture
+def liar() -> Iterator[LyingUpstream]:
+    with LyingUpstream() as upstream:
+        yield upstream
+
+
+@pytest.fixture
+def lgw(tmp_path: Path, liar: LyingUpstream) -> Iterator[RunningGateway]:
+    gw = start_gateway(tmp_path, lying_policy(liar.base_url))
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def spent(gw: RunningGateway, tenant: str = "capped") -> Decimal:
+    r = gw.get("/admin/budgets", headers={"authorization": f"Bearer {ADMIN_KEY}"})
+    assert r.status_code == 200, r.text
+    row = next(
+        x
+        for x in r.json()["budgets"]
+        if x["scope"] == "tenant" and x["name"] == tenant and x["period"] == "day"
+    )
+    return Decimal(row["spent_usd"])
+
+
+def sse_events(text: str) -> list[str]:
+    return [ln[5:].strip() for ln in text.splitlines() if ln.startswith("data:")]
+
+
+# ----------------------------------------------------------------- class 2: no leaked budget
+def test_an_unexpected_error_releases_the_reservation_and_leaves_a_row(
+    lgw: RunningGateway, liar: LyingUpstream
+) -> None:
+    # An upstream answer nested 300 levels parses but cannot be written back: a bug-shaped
+    # failure inside the gateway (not a SwitchyardError).
+    liar.json = chat_body(usage={"prompt_tokens": 3, "completion_tokens": 1}, extra=nested(300))
+    for _ in range(5):
+        r = lgw.post(CHAT, {"model": "lie", "messages": HELLO, "max_tokens": 8}, tenant="capped")
+        assert r.status_code == 500, r.text
+        assert r.json()["error"]["code"] == "internal_error"
+        assert "Traceback" not in r.text
+    assert spent(lgw) == 0  # every reservation released
+    rows = [x for x in lgw.ledger_rows() if x["tenant"] == "capped"]
+    assert len(rows) == 5
+    assert {(x["status"], x["http_status"]) for x in rows} == {("error", 500)}
+
+
+def test_an_unexpected_error_mid_stream_ends_with_an_error_event(
+    lgw: RunningGateway, liar: LyingUpstream
+) -> None:
+    def events() -> Iterator[Json]:
+        yield chunk("hi")
+        bad = chunk(" there")
+        bad["x"] = nested(300)
+        yield bad
+        yield chunk(None, {"prompt_tokens": 3, "completion_tokens": 2})
+
+    liar.events = events
+    body = {"model": "lie", "messages": HELLO, "max_tokens": 8, "stream": True}
+    r = lgw.post(CHAT, body, tenant="capped")
+    events_out = sse_events(r.text)
+    assert events_out[-1] != "[DONE]" and "internal_error" in events_out[-1], events_out
+    row = next(x for x in lgw.ledger_rows() if x["tenant"] == "capped")
+    assert (row["status"], row["http_status"]) == ("stream_broken", 500)
+    assert spent(lgw) == Decimal(str(row["cost_usd"] or 0))  # settled to what was served
+
+
+# ----------------------------------------------------------------- class 3: n multiplies output
+def test_the_worst_case_reserved_counts_every_choice(tmp_path: Path, liar: LyingUpstream) -> None:
+    # 0.001 USD: one answer of 100 tokens at 2 USD/1M (0.0002) fits; eight (0.0016) do not.
+    policy = lying_policy(liar.base_url).replace("daily_usd: 1}", "daily_usd: 0.001}")
+    gw = start_gateway(tmp_path, policy)
+    try:
+        one = gw.post(CHAT, {"model": "lie", "messages": HELLO, "max_tokens": 100}, tenant="capped")
+        assert one.status_code == 200, one.text
+        eight = gw.post(CHAT, {"model": "lie", "messages": HELLO, "max_tokens": 100, "n": 8}, tenant="capped")
+        assert eight.status_code == 429, eight.text
+        assert eight.json()["error"]["code"] == "budget_exceeded"
+        # the route default counts too: 64 tokens x 8 choices = 0.001024 USD > 0.001
+        dflt = gw.post(CHAT, {"model": "lie", "messages": HELLO, "n": 8}, tenant="capped")
+        assert dflt.status_code == 429, dflt.text
+    finally:
+        gw.stop()
+
+
+def test_concurrent_n_requests_stay_within_the_budget_plus_one_worst_case(
+    tmp_path: Path, liar: LyingUpstream
+) -> None:
+    # every answer bills all 8 x 16 output tokens the client allowed
+    liar.json = chat_body(usage={"prompt_tokens": 10, "completion_tokens": 128})
+    policy = lying_policy(liar.base_url).replace("daily_usd: 1}", "daily_usd: 0.002}")
+    gw = start_gateway(tmp_path, policy)
+    try:
+        body = {"model": "lie", "messages": HELLO, "max_tokens": 16, "n": 8}
+        key = gw.key("capped")
+
+        async def fire() -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=60) as client:
+                headers = {"authorization": f"Bearer {key}"}
+                return list(
+                    await asyncio.gather(
+                        *(client.post(gw.url + CHAT, json=body, headers=headers) for _ in range(60))
+                    )
+                )
+
+        codes = {r.status_code for r in asyncio.run(fire())}
+        assert codes <= {200, 429}, codes
+        gw.app_state.services.ledger.flush(5.0)
+        total = sum(Decimal(str(x["cost_usd"] or 0)) for x in gw.ledger_rows())
+        worst = Decimal("0.000001") * 200 + Decimal("0.000002") * 128  # a generous prompt bound
+        assert total <= Decimal("0.002") + worst, total
+    finally:
+        gw.stop()
+
+
+# ----------------------------------------------------------------- class 4: JSON depth at the door
+@pytest.mark.parametrize("depth", [65, 300, 1000, 5000])
+def test_deep_json_is_refused_at_the_door(lgw: RunningGateway, liar: LyingUpstream, depth: int) -> None:
+    raw = '{"model": "lie", "messages": [{"role": "user", "content": "hi"}], "metadata": '
+    raw += "[" * depth + "1" + "]" * depth + "}"
+    r = lgw.post(CHAT, raw, tenant="capped", headers={"content-type": "application/json"})
+    assert r.status_code == 400, (r.status_code, r.text[:300])
+    assert "deeper than 64 levels" in r.json()["error"]["message"]
+    assert liar.requests == []
+    assert spent(lgw) == 0
+
+
+def test_json_at_the_depth_limit_passes(lgw: RunningGateway, liar: LyingUpstream) -> None:
+    body = {"model": "lie", "messages": HELLO, "metadata": nested(60)}
+    r = lgw.post(CHAT, body, tenant="capped")
+    assert r.status_code == 200, r.text
+
+
+# ----------------------------------------------------------------- class 12: strict sampling types
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("temperature", True),
+        ("temperature", "0.5"),
+        ("top_p", "1"),
+        ("presence_penalty", False),
+        ("frequency_penalty", "0"),
+        ("logit_bias", {"42": True}),
+    ],
+)
+def test_loose_sampling_types_are_refused_naming_the_field(
+    lgw: RunningGateway, liar: LyingUpstream, field: str, value: object
+) -> None:
+    r = lgw.post(CHAT, {"model": "lie", "messages": HELLO, field: value}, tenant="capped")
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"].split(".")[0] == field and field in err["message"]
+    assert liar.requests == []
+
+
+def test_integer_sampling_values_still_pass(lgw: RunningGateway, liar: LyingUpstream) -> None:
+    body = {"model": "lie", "messages": HELLO, "temperature": 1, "top_p": 1, "presence_penalty": 0}
+    r = lgw.post(CHAT, body, tenant="capped")
+    assert r.status_code == 200, r.text
+
+
+# ----------------------------------------------------------------- classes 1 and 11: streams
+def test_a_client_that_leaves_a_fast_stream_stops_the_upstream(
+    lgw: RunningGateway, liar: LyingUpstream
+) -> None:
+    total = 200_000
+    piece = "x" * 100
+
+    def events() -> Iterator[Json]:
+        for _ in range(total):
+            yield chunk(piece)
+
+    liar.events, liar.batch = events, 500
+    body = {"model": "lie", "messages": HELLO, "max_tokens": 8, "stream": True}
+    read = 0
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", lgw.url + CHAT, json=body, headers=lgw.headers("capped")) as r,
+    ):
+        for part in r.iter_bytes():
+            read += len(part)
+            if read > 64 * 1024:
+                break
+    left = time.monotonic()
+    while time.monotonic() - left < 10:
+        rows = [x for x in lgw.ledger_rows() if x["tenant"] == "capped"]
+        if rows:
+            break
+        time.sleep(0.05)
+    stopped = time.monotonic() - left
+    assert rows and (rows[0]["status"], rows[0]["http_status"]) == ("client_disconnected", 499), rows
+    time.sleep(0.5)
+    assert liar.finished == 0 and liar.written < total // 2, liar.written
+    assert stopped < 2.0, stopped
+    t0 = time.monotonic()
+    assert lgw.get("/healthz").status_code == 200
+    assert time.monotonic() - t0 < 0.5
+
+
+def test_deadline_cuts_a_drip_stream(tmp_path: Path, liar: LyingUpstream) -> None:
+    liar.delay_s = 0.2
+
+    def events() -> Iterator[Json]:
+        for _ in range(40):  # 8 s of drip
+            yield chunk("x")
+        yield chunk(None, {"prompt_tokens": 3, "completion_tokens": 40})
+
+    liar.events = events
+    policy = lying_policy(liar.base_url).replace("retries: 0\n", "retries: 0\n    deadline_s: 1.5\n", 1)
+    gw = start_gateway(tmp_path, policy)
+    try:
+        t0 = time.monotonic()
+        r = gw.post(CHAT, {"model": "lie", "messages": HELLO, "stream": True}, tenant="capped")
+        took = time.monotonic() - t0
+        events_out = sse_events(r.text)
+        assert events_out[-1] != "[DONE]" and "deadline" in events_out[-1], events_out[-3:]
+        assert took < 3.0, took
+        row = next(x for x in gw.ledger_rows() if x["tenant"] == "capped")
+        assert row["status"] == "stream_broken"
+    finally:
+        gw.stop()
