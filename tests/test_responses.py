@@ -271,3 +271,51 @@ def test_stream_cut_ends_with_an_error_event(
     assert "response.completed" not in [e["type"] for e in events]
     row = gateway.ledger_rows()[-1]
     assert row["endpoint"] == "responses" and row["status"] == "stream_broken"
+
+
+def test_anthropic_upstream_through_the_chat_path(client: Client, gateway: RunningGateway) -> None:
+    c = client(gateway)
+    raw = c.responses.with_raw_response.create(
+        model="anthropic-first", input="hello claude", instructions="sys"
+    )
+    resp = strict(raw.http_response.json())
+    assert resp.output_text and raw.headers["x-switchyard-provider"] == "mock-anthropic"
+    events = _raw_events(gateway, {"model": "anthropic-first", "input": "hello again"})
+    assert events[-1]["type"] == "response.completed"
+    final = strict(events[-1]["response"])
+    rows = gateway.ledger_rows()
+    assert [(r["served_model"], r["endpoint"], r["stream"]) for r in rows] == [
+        ("claude", "responses", 0),
+        ("claude", "responses", 1),
+    ]
+    assert rows[1]["output_tokens"] == final.usage.output_tokens  # type: ignore[union-attr]
+    assert Decimal(str(rows[1]["cost_usd"])) > 0
+
+
+def test_cache_hit_is_replayed_as_a_response(
+    client: Client, gateway: RunningGateway, mock: MockUpstream
+) -> None:
+    c = client(gateway)
+    first = c.responses.create(model="small", input="cache me", temperature=0)
+    second = c.responses.with_raw_response.create(model="small", input="cache me", temperature=0)
+    again = strict(second.http_response.json())
+    assert second.headers["x-switchyard-cache"] == "hit"
+    assert again.output_text == first.output_text and again.id != first.id
+    events = _raw_events(gateway, {"model": "small", "input": "cache me", "temperature": 0})
+    assert events[-1]["type"] == "response.completed"
+    assert strict(events[-1]["response"]).output_text == first.output_text
+    rows = gateway.ledger_rows()
+    assert [r["cache_status"] for r in rows] == ["miss", "hit", "hit"]
+    assert all(Decimal(str(r["cost_usd"])) == 0 for r in rows[1:])
+    assert len([r for r in mock.requests() if r.get("path", "").endswith("/chat/completions")]) == 1
+
+
+def test_models_retrieve(client: Client, gateway: RunningGateway) -> None:
+    c = client(gateway)
+    assert c.models.retrieve("small").id == "small"
+    assert c.models.retrieve("auto").owned_by == "switchyard"
+    with pytest.raises(openai.NotFoundError) as err:
+        c.models.retrieve("no-such-model")
+    assert err.value.body["param"] == "model"  # type: ignore[index]
+    with pytest.raises(openai.NotFoundError):
+        client(gateway, "team-b").models.retrieve("large")  # exists, but not for team-b
