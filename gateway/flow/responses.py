@@ -10,6 +10,7 @@ A stored response is written, and the ledger row committed, before the client se
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -19,16 +20,24 @@ from typing import Any
 import orjson
 
 from gateway.cache.replay import StreamAssembler, completion_to_chunks
-from gateway.core.errors import NotFoundError, StreamBrokenError, SwitchyardError, UpstreamError
+from gateway.core.errors import (
+    InternalError,
+    NotFoundError,
+    StreamBrokenError,
+    SwitchyardError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
 from gateway.core.ports import Provider, StoredResponse
 from gateway.core.redact import redact
 from gateway.core.types import ChatRequest, ChatStream, Target
 from gateway.flow import caching
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import durable, record
-from gateway.flow.pipeline import _classify, admit, failed, reserve
+from gateway.flow.pipeline import _classify, abandoned, admit, failed, reserve, unexpected
 from gateway.flow.reply import Reply, headers
 from gateway.flow.services import Services
+from gateway.flow.stream import YIELD_EVERY
 from gateway.flow.upstream import attempt, estimate
 from gateway.protocols.openai_responses import (
     EventEncoder,
@@ -126,6 +135,11 @@ async def create(svc: Services, body: dict[str, Any], ex: Exchange) -> Reply:
     except SwitchyardError as exc:
         await failed(svc, ex, exc)
         raise
+    except asyncio.CancelledError:
+        abandoned(svc, ex)
+        raise
+    except Exception as exc:
+        raise await unexpected(svc, ex, exc) from exc
     record(svc, ex)
     return await durable(ex, Reply(_headers(ex, turn), body=orjson.dumps(response)))
 
@@ -164,7 +178,8 @@ async def _open_stream(svc: Services, plan: RoutePlan, turn: _Turn, ex: Exchange
         stream = await provider.chat_stream(turn.chat, target, timeout, idle)
         iterator = aiter(stream)
         try:
-            first = await anext(iterator)
+            async with asyncio.timeout(timeout):
+                first = await anext(iterator)
         except StopAsyncIteration:
             await stream.aclose()
             raise UpstreamError(f"upstream '{target.provider}' sent an empty stream") from None
@@ -192,6 +207,8 @@ async def _relay(
     stream, iterator, first = opened
     encoder = EventEncoder(turn.skeleton())
     assembler = StreamAssembler()
+    deadline_s = plan.policy.deadline_s
+    deadline = ex.started + deadline_s
     ex.status = "client_disconnected"  # until proven otherwise
     try:
         ex.ttft = time.perf_counter() - ex.started
@@ -200,8 +217,14 @@ async def _relay(
         assembler.add(first)
         for event in encoder.add(first):
             yield frame(event)
+        relayed = 0
         async for chunk in iterator:
             assembler.add(chunk)
+            relayed += 1
+            if relayed % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # let the disconnect watcher notice a client gone
+            if time.perf_counter() > deadline:
+                raise UpstreamTimeoutError(f"deadline of {deadline_s:g}s for '{plan.name}' exceeded")
             for event in encoder.add(chunk):
                 yield frame(event)
         completion = assembler.completion()
@@ -219,6 +242,11 @@ async def _relay(
         ex.status, ex.http_status, ex.error_code = "stream_broken", 502, exc.code
         exc.message = redact(exc.message, svc.secrets)
         yield frame(encoder.error(exc))
+    except Exception as exc:  # a bug: the stream ends with an error event, never a clean end
+        log.error("unexpected error relaying request %s", ex.request_id, exc_info=exc)
+        error = InternalError(f"Internal gateway error (request id {ex.request_id})")
+        ex.status, ex.http_status, ex.error_code = "stream_broken", error.status, error.code
+        yield frame(encoder.error(error))
     finally:
         if not ex.recorded:  # broken or abandoned (an ok stream recorded above)
             ex.usage = stream.usage or estimate(turn.chat, assembler.completion(), ex, None)

@@ -1,0 +1,168 @@
+"""Units of the Responses surface without a server: the translator (Responses -> chat and back,
+stream events validated against the openai SDK's models) and the SQLite response store (per
+tenant, TTL)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
+
+from gateway.core.errors import BadRequestError, StreamBrokenError
+from gateway.core.types import Usage
+from gateway.ledger.responses import SqliteResponseStore
+from gateway.protocols.openai_responses import EventEncoder, from_chat, input_items, skeleton, to_chat
+
+EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+
+
+def chat_of(body: dict[str, Any]) -> dict[str, Any]:
+    chat, _ = to_chat(body, input_items(body))
+    return chat
+
+
+def test_items_translate_to_chat_messages() -> None:
+    body = {
+        "model": "m",
+        "instructions": "sys",
+        "input": [
+            {"role": "user", "content": "q"},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "thinking"}],
+            },
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call", "call_id": "c2", "name": "g", "arguments": '{"a":1}'},
+            {"type": "function_call_output", "call_id": "c1", "output": "one"},
+            {
+                "type": "function_call_output",
+                "call_id": "c2",
+                "output": [{"type": "input_text", "text": "two"}],
+            },
+        ],
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}, "strict": True}],
+        "tool_choice": {"type": "function", "name": "f"},
+        "stream": True,
+    }
+    chat = chat_of(body)
+    msgs = chat["messages"]
+    assert msgs[0] == {"role": "system", "content": "sys"}
+    assert msgs[1] == {"role": "user", "content": "q"}
+    assert msgs[2]["role"] == "assistant" and msgs[2]["content"] == "thinking"
+    assert [c["id"] for c in msgs[2]["tool_calls"]] == ["c1", "c2"]  # one assistant turn
+    assert msgs[3:] == [
+        {"role": "tool", "tool_call_id": "c1", "content": "one"},
+        {"role": "tool", "tool_call_id": "c2", "content": "two"},
+    ]
+    assert chat["tools"] == [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "strict": True}}
+    ]
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+    assert chat["stream"] is True and chat["stream_options"] == {"include_usage": True}
+
+
+def test_reasoning_items_are_dropped_and_named() -> None:
+    body = {"model": "m", "input": [{"type": "reasoning", "summary": []}, {"role": "user", "content": "q"}]}
+    chat, dropped = to_chat(body, input_items(body))
+    assert dropped == ["reasoning"] and chat["messages"] == [{"role": "user", "content": "q"}]
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"input": "x", "tools": [{"type": "file_search"}]}, "tools[0].type"),
+        ({"input": [{"type": "computer_call_output"}]}, "input[0].type"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+            "input[0].content[0].type",
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
+            "input[0].content[0].type",
+        ),
+        ({"input": "x", "tool_choice": {"type": "web_search"}}, "tool_choice.type"),
+        ({"input": "x", "text": {"format": {"type": "json_schema"}}}, "text.format.schema"),
+        ({"input": "x", "conversation": "conv_1"}, "conversation"),
+        ({"input": []}, "input"),
+    ],
+)
+def test_untranslatable_requests_name_the_field(body: dict[str, Any], param: str) -> None:
+    with pytest.raises(BadRequestError) as err:
+        chat_of({"model": "m", **body})
+    assert err.value.param == param
+
+
+def test_completion_becomes_a_valid_response() -> None:
+    completion = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "length",
+                "message": {
+                    "role": "assistant",
+                    "content": "partial",
+                    "tool_calls": [
+                        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                    ],
+                },
+            }
+        ]
+    }
+    usage = Usage(10, 5, cached_input_tokens=4, reasoning_tokens=2)
+    body = {"model": "m", "input": "q", "max_output_tokens": 5, "text": {"format": {"type": "json_object"}}}
+    resp = Response.model_validate(from_chat(body, completion, "resp_1", 1, usage))
+    assert resp.status == "incomplete" and resp.incomplete_details is not None
+    assert resp.incomplete_details.reason == "max_output_tokens"
+    assert [o.type for o in resp.output] == ["message", "function_call"] and resp.output_text == "partial"
+    assert resp.usage is not None and resp.usage.input_tokens_details.cached_tokens == 4
+    assert resp.usage.output_tokens_details.reasoning_tokens == 2 and resp.usage.total_tokens == 15
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def test_encoder_events_validate_text_then_tools() -> None:
+    enc = EventEncoder(skeleton({"model": "m"}, "resp_1", 1))
+    events = list(enc.start())
+    events += enc.add(_chunk({"role": "assistant", "content": ""}))
+    events += enc.add(_chunk({"content": "Hel"}))
+    events += enc.add(_chunk({"content": "lo"}))
+    tc = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
+    events += enc.add(_chunk({"tool_calls": [tc]}))
+    events += enc.add(_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"a":'}}]}))
+    events += enc.add(_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}, "tool_calls"))
+    events += enc.finish(Usage(3, 4))
+    for e in events:
+        EVENTS.validate_python(e)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    final = Response.model_validate(events[-1]["response"])
+    assert final.status == "completed" and final.output_text == "Hello"
+    call = final.output[1]
+    assert call.type == "function_call" and call.arguments == '{"a":1}' and call.call_id == "call_1"
+    error = enc.error(StreamBrokenError("cut"))
+    assert EVENTS.validate_python(error).type == "error"
+
+
+def test_store_is_per_tenant_and_expires(tmp_path: Path) -> None:
+    async def run() -> None:
+        store = SqliteResponseStore(tmp_path / "r.db", ttl_s=3600)
+        await store.put("a", {"id": "resp_1", "created_at": 1, "output": []}, [{"id": "msg_1"}], [])
+        got = await store.get("a", "resp_1")
+        assert got is not None and got.input_items == [{"id": "msg_1"}]
+        assert await store.get("b", "resp_1") is None
+        assert await store.delete("b", "resp_1") is False
+        expired = SqliteResponseStore(tmp_path / "r.db", ttl_s=-1)
+        await expired.put("a", {"id": "resp_2", "output": []}, [], [])
+        assert await expired.get("a", "resp_2") is None
+        assert await store.delete("a", "resp_1") is True
+        assert await store.get("a", "resp_1") is None
+        store.close()
+        expired.close()
+
+    asyncio.run(run())
