@@ -251,3 +251,35 @@ def test_deadline_cuts_a_drip_stream(tmp_path: Path, liar: LyingUpstream) -> Non
         assert row["status"] == "stream_broken"
     finally:
         gw.stop()
+
+
+# ----------------------------------------------------------------- class 7: slow bodies
+def test_slow_bodies_time_out_and_free_their_admission_slots(tmp_path: Path, liar: LyingUpstream) -> None:
+    import socket
+
+    extra = "server: {max_in_flight: 8, body_timeout_s: 1}\n"
+    gw = start_gateway(tmp_path, lying_policy(liar.base_url, extra))
+    key = gw.key("capped")
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(8):  # every slot held by a body that never finishes
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=5)
+            head = f"POST {CHAT} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
+            s.sendall((head + "content-type: application/json\r\ncontent-length: 1000\r\n\r\n{").encode())
+            socks.append(s)
+        time.sleep(0.3)
+        body = {"model": "lie", "messages": HELLO}
+        assert gw.post(CHAT, body, tenant="capped").status_code == 503  # all slots held
+        time.sleep(1.5)
+        t0 = time.monotonic()
+        r = gw.post(CHAT, body, tenant="capped")
+        assert r.status_code == 200, r.text  # the slow bodies were cut, their slots freed
+        assert time.monotonic() - t0 < 1.0
+        for s in socks:
+            answer = s.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
+            assert b"request_timeout" in answer
+    finally:
+        for s in socks:
+            s.close()
+        gw.stop()

@@ -5,6 +5,7 @@ costs about 0.1 ms a request on one core (see api/fastpath.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -18,7 +19,13 @@ from gateway.api.errors import error_response
 from gateway.api.openapi import ERROR_RESPONSES, openapi_extra
 from gateway.api.sse import SSEResponse
 from gateway.api.state import AppState, wanted_headers
-from gateway.core.errors import BadRequestError, NotFoundError, PayloadTooLargeError, SwitchyardError
+from gateway.core.errors import (
+    BadRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    RequestTimeoutError,
+    SwitchyardError,
+)
 from gateway.flow import admin, pipeline
 from gateway.flow.exchange import Exchange
 from gateway.flow.reply import Reply
@@ -84,7 +91,14 @@ async def _admitted(request: Request, wire: type[BaseModel]) -> tuple[Services, 
     svc = state.services  # one consistent set of parts for the whole request
     headers = wanted_headers(request.scope)
     ex = state.open(request, headers, svc)
-    data = await _json_body(request, svc.policy.server.max_body_bytes, headers.get("content-length"))
+    server = svc.policy.server
+    try:
+        async with asyncio.timeout(server.body_timeout_s):  # slow bodies cannot hold the slot
+            data = await _json_body(request, server.max_body_bytes, headers.get("content-length"))
+    except TimeoutError:
+        raise RequestTimeoutError(
+            f"The request body did not arrive within {server.body_timeout_s:g} seconds"
+        ) from None
     validate(wire, data)
     return svc, ex, data
 

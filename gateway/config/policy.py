@@ -23,6 +23,9 @@ class ServerPolicy(_Strict):
     # Retry-After (see api/overload.py). null: no limit.
     max_in_flight: int | None = Field(default=1024, gt=0)
     overload_retry_after_s: int = Field(default=1, ge=1, le=3600)
+    # A request body must arrive whole within this time (else 408): a client that never
+    # finishes its body cannot hold an admission slot for longer.
+    body_timeout_s: float = Field(default=10.0, gt=0, le=3600)
 
 
 class EngineLoadPolicy(_Strict):

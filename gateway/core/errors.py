@@ -65,6 +65,14 @@ class PayloadTooLargeError(SwitchyardError):
     code = "request_too_large"
 
 
+class RequestTimeoutError(SwitchyardError):
+    """The client did not send its whole request body in time."""
+
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
+
 class RateLimitError(SwitchyardError):
     """429 from Switchyard's own limits, or an upstream 429 once retries are exhausted."""
 
