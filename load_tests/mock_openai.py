@@ -59,6 +59,14 @@ def _chosen_tool(body: dict[str, Any]) -> str | None:
     choice = body.get("tool_choice")
     if not isinstance(tools, list) or not tools or choice == "none":
         return None
+    messages = body.get("messages")
+    if (
+        isinstance(messages, list)
+        and messages
+        and isinstance(messages[-1], dict)
+        and messages[-1].get("role") == "tool"
+    ):
+        return None  # a model answers the tool's result (an agent's loop ends)
     if isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name")
         if isinstance(name, str):
