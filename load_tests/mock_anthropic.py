@@ -39,10 +39,19 @@ def _system_parts(system: Any) -> tuple[str, str]:
     return "\n".join(texts), prefix
 
 
+def _answers_tool_results(messages: Any) -> bool:
+    """The last message carries tool results: a model answers them (an agent's loop ends)."""
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    content = last.get("content") if isinstance(last, dict) else None
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+    )
+
+
 def _chosen_tool(body: dict[str, Any]) -> str | None:
     tools = body.get("tools")
     choice = body.get("tool_choice")
-    if not isinstance(tools, list) or not tools:
+    if not isinstance(tools, list) or not tools or _answers_tool_results(body.get("messages")):
         return None
     if isinstance(choice, dict):
         if choice.get("type") == "none":
