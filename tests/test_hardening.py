@@ -283,3 +283,30 @@ def test_slow_bodies_time_out_and_free_their_admission_slots(tmp_path: Path, lia
         for s in socks:
             s.close()
         gw.stop()
+
+
+# ----------------------------------------------------------------- class 5: lying usage
+LIES = [-5, 10**19, None, "12", True, 1.5]
+
+
+@pytest.mark.parametrize("lie", LIES, ids=[repr(x) for x in LIES])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_impossible_usage_is_estimated_and_the_row_is_written(
+    lgw: RunningGateway, liar: LyingUpstream, lie: object, stream: bool
+) -> None:
+    usage = {"prompt_tokens": 3, "completion_tokens": lie, "total_tokens": 4}
+    liar.json = chat_body("hello back", usage=usage)
+    liar.events = lambda: iter([chunk("hello"), chunk(" back"), chunk(None, usage)])
+    body = {"model": "lie", "messages": HELLO, "stream": stream}
+    r = lgw.post(CHAT, body, tenant="capped")
+    assert r.status_code == 200, r.text
+    if stream:
+        assert sse_events(r.text)[-1] == "[DONE]"
+    rows = [x for x in lgw.ledger_rows() if x["tenant"] == "capped"]
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["status"] == "ok" and row["usage_estimated"]
+    assert row["input_tokens"] == 3 and 0 <= row["output_tokens"] < 100, row
+    assert row["cost_usd"] is not None and Decimal(str(row["cost_usd"])) < Decimal("0.001")
+    metrics = lgw.get("/metrics").text
+    assert 'switchyard_usage_estimated_total{provider="liar"' in metrics

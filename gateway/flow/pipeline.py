@@ -24,9 +24,10 @@ from gateway.flow.metering import durable, record
 from gateway.flow.reply import Reply, headers
 from gateway.flow.services import Services
 from gateway.flow.stream import open_chat_stream
-from gateway.flow.upstream import attempt, estimate
+from gateway.flow.upstream import attempt, metered
 from gateway.routing.params import apply_params
 from gateway.routing.plan import RoutePlan
+from gateway.routing.sticky import conversation_key
 from gateway.telemetry.prompt_log import log_exchange
 
 log = logging.getLogger("switchyard")
@@ -37,6 +38,7 @@ async def chat(svc: Services, req: ChatRequest, ex: Exchange) -> Reply:
     ex.endpoint, ex.requested, ex.stream = "chat", req.model, req.stream
     try:
         plan = await admit(svc, req.model, ex, "chat")
+        ex.conversation = conversation_key(ex.principal.tenant, plan.name, req.body)
         body = apply_params(req.body, plan.policy.params)
         key = caching.cache_key(svc, plan, body, ex)
         if key is not None and ex.cache == "miss":
@@ -51,9 +53,7 @@ async def chat(svc: Services, req: ChatRequest, ex: Exchange) -> Reply:
         if req.stream:
             return await open_chat_stream(svc, plan, body, req, ex, key)
         result = await attempt(svc, plan, ex, lambda p, t, s: p.chat(body, t, s))
-        ex.usage = result.usage
-        if result.usage.input_tokens is None or result.usage.output_tokens is None:
-            ex.usage = estimate(body, result.body, ex, result.usage)
+        ex.usage = metered(svc, body, result.body, ex, result.usage)
         payload = orjson.dumps(result.body)
         log_exchange(svc.policy, ex.request_id, ex.principal.tenant, body, result.body)
         if key is not None and caching.cacheable(result.body):
@@ -84,7 +84,7 @@ async def passthrough(svc: Services, endpoint: str, body: dict[str, Any], ex: Ex
             return await provider.completions(body, target, timeout)
 
         result = await attempt(svc, plan, ex, call)
-        ex.usage = result.usage
+        ex.usage = metered(svc, body, result.body if endpoint == "completions" else None, ex, result.usage)
         payload = orjson.dumps(result.body)
     except SwitchyardError as exc:
         await failed(svc, ex, exc)

@@ -23,7 +23,7 @@ from gateway.flow.exchange import Exchange
 from gateway.flow.metering import durable, record
 from gateway.flow.reply import DONE, Reply, headers, sse
 from gateway.flow.services import Services
-from gateway.flow.upstream import attempt, estimate
+from gateway.flow.upstream import attempt, metered
 from gateway.routing.plan import RoutePlan
 from gateway.telemetry.prompt_log import log_exchange
 
@@ -57,7 +57,7 @@ async def open_chat_stream(
     async def on_close() -> None:
         if ex.ttft is None and not ex.recorded:  # the client left before the first byte
             ex.status, ex.http_status = "client_disconnected", 499
-            ex.usage = stream.usage or estimate(req.body, None, ex, None)
+            ex.usage = metered(svc, req.body, None, ex, stream.usage)
             record(svc, ex)
             await stream.aclose()
 
@@ -93,7 +93,7 @@ async def relay(
         ex.status = "ok"
         completion = assembler.completion()
         log_exchange(svc.policy, ex.request_id, ex.principal.tenant, req.body, completion)
-        ex.usage = stream.usage or estimate(req.body, completion, ex, None)
+        ex.usage = metered(svc, req.body, completion, ex, stream.usage)
         record(svc, ex)
         await durable(ex, None)  # the ledger row is committed before [DONE] goes out
         if key is not None:
@@ -110,7 +110,7 @@ async def relay(
         yield sse(error.to_body())
     finally:
         if not ex.recorded:  # broken or abandoned (an ok stream recorded above)
-            ex.usage = stream.usage or estimate(req.body, assembler.completion(), ex, None)
+            ex.usage = metered(svc, req.body, assembler.completion(), ex, stream.usage)
             if ex.status == "client_disconnected":
                 ex.http_status = 499
             record(svc, ex)

@@ -36,9 +36,13 @@ async def attempt(svc: Services, plan: RoutePlan, ex: Exchange, fn: Call[_R]) ->
     def on_error(target: Target, exc: SwitchyardError) -> None:
         svc.metrics.upstream_errors.labels(target.provider, target.model, exc.code or "error").inc()
 
+    plan, sticky = svc.sticky.prefer(ex.conversation, plan)  # the conversation's model first
     plan = svc.engines.spill(plan, svc.metrics.count_spillover)  # saturated engines go last
     outcome = await run_with_fallback(plan, call, svc.breakers, started=ex.started, on_error=on_error)
     ex.target = outcome.target
+    if sticky and outcome.target.model == plan.targets[0].model:
+        ex.route_decision = "sticky"
+    svc.sticky.remember(ex.conversation, outcome.target.model)
     return outcome.value
 
 
@@ -49,3 +53,26 @@ def estimate(
     reported none (or only part: what it did report is kept)."""
     model = ex.target.upstream_model if ex.target is not None else str(body.get("model") or "")
     return estimate_usage(body, completion, model, reported)
+
+
+def metered(
+    svc: Services,
+    body: dict[str, Any],
+    completion: dict[str, Any] | None,
+    ex: Exchange,
+    reported: Usage | None,
+) -> Usage:
+    """The usage to meter: the upstream's when it gave both counts in range; else the gaps
+    (missing, or dropped at the provider edge as impossible: ``estimated`` set) filled in by
+    the tokenizer, marked estimated and counted in ``switchyard_usage_estimated``."""
+    if (
+        reported is not None
+        and not reported.estimated
+        and reported.input_tokens is not None
+        and reported.output_tokens is not None
+    ):
+        return reported
+    reason = "invalid" if reported is not None and reported.estimated else "missing"
+    provider = ex.target.provider if ex.target is not None else ""
+    svc.metrics.usage_estimated.labels(provider, reason).inc()
+    return estimate(body, completion, ex, reported)

@@ -4,6 +4,7 @@ single place where transport failures and HTTP statuses become Switchyard errors
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import io
 import time
@@ -20,6 +21,7 @@ from gateway.core.errors import (
     UpstreamTimeoutError,
 )
 from gateway.core.redact import redact
+from gateway.core.types import Usage
 
 
 def new_session() -> aiohttp.ClientSession:
@@ -167,3 +169,33 @@ def bad_response(provider: str, what: str) -> UpstreamError:
     return UpstreamError(
         f"upstream '{provider}' sent a malformed response: {what}", code="upstream_bad_response"
     )
+
+
+MAX_TOKEN_COUNT = 10**9  # more tokens than any one answer can hold: the upstream is lying
+
+
+def checked_usage(usage: Usage | None) -> Usage | None:
+    """Usage as the upstream reported it, with every count that cannot be true (a bool, below
+    0, over ``MAX_TOKEN_COUNT``) dropped to unknown; the result is then marked ``estimated``
+    so the flow fills the gap with the tokenizer's count and counts it as invalid."""
+    if usage is None:
+        return None
+    counts = {
+        name: getattr(usage, name)
+        for name in (
+            "input_tokens",
+            "output_tokens",
+            "cached_input_tokens",
+            "cache_write_tokens",
+            "reasoning_tokens",
+            "cache_write_1h_tokens",
+        )
+    }
+    bad = {name for name, n in counts.items() if n is not None and not _plausible(n)}
+    if not bad:
+        return usage
+    return dataclasses.replace(usage, estimated=True, **dict.fromkeys(bad))
+
+
+def _plausible(n: object) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_TOKEN_COUNT

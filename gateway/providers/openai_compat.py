@@ -68,13 +68,17 @@ class OpenAICompatProvider:
         parsed = await self._post_json("/chat/completions", out, timeout)
         if not isinstance(parsed.get("choices"), list):
             raise http.bad_response(self.name, "no choices")
-        return ChatResult(body=parsed, usage=usage_from_openai(parsed.get("usage")) or Usage())
+        return ChatResult(
+            body=parsed, usage=http.checked_usage(usage_from_openai(parsed.get("usage"))) or Usage()
+        )
 
     async def completions(self, body: dict[str, Any], target: Target, timeout: float) -> RawResult:
         out = dict(body)
         out["model"] = target.upstream_model
         parsed = await self._post_json("/completions", out, timeout)
-        return RawResult(body=parsed, usage=usage_from_openai(parsed.get("usage")) or Usage())
+        return RawResult(
+            body=parsed, usage=http.checked_usage(usage_from_openai(parsed.get("usage"))) or Usage()
+        )
 
     async def embeddings(self, body: dict[str, Any], target: Target, timeout: float) -> RawResult:
         out = dict(body)
@@ -82,7 +86,9 @@ class OpenAICompatProvider:
         parsed = await self._post_json("/embeddings", out, timeout)
         if not isinstance(parsed.get("data"), list):
             raise http.bad_response(self.name, "no data")
-        return RawResult(body=parsed, usage=usage_from_openai(parsed.get("usage")) or Usage())
+        return RawResult(
+            body=parsed, usage=http.checked_usage(usage_from_openai(parsed.get("usage"))) or Usage()
+        )
 
     async def chat_stream(
         self, body: dict[str, Any], target: Target, timeout: float, idle_timeout: float
@@ -164,7 +170,7 @@ class _OpenAIStream:
                     raise UpstreamError(f"upstream '{self._provider}' reported an error mid-stream")
                 usage = chunk.get("usage")
                 if usage:
-                    self.usage = usage_from_openai(usage)
+                    self.usage = http.checked_usage(usage_from_openai(usage))
                 yield chunk
         finally:
             self._resp.release()

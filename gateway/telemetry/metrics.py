@@ -166,6 +166,14 @@ class Metrics:
                 registry=r,
             )
         )
+        self.usage_estimated = _Memo(
+            Counter(
+                "switchyard_usage_estimated",
+                "Answers metered with the local tokenizer: usage missing or out of range, by provider",
+                ["provider", "reason"],
+                registry=r,
+            )
+        )
         self.retries = _Memo(
             Counter("switchyard_upstream_attempts", "Upstream attempts", ["provider", "model"], registry=r)
         )
