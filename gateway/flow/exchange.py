@@ -36,6 +36,7 @@ class Exchange:
     semantic: SemanticResult | None = None  # the semantic lookup, when the route ran one
     embedding: object = None  # vector of the last user message (shared with the classifier)
     reservation: Reservation | None = None  # what the budgets hold for this request
+    conversation: str | None = None  # routing/sticky.py: keeps its model while it serves
     # the attempts
     target: Target | None = None  # the target answering (or last tried)
     attempts: int = 0

@@ -41,6 +41,7 @@ from gateway.protocols.anthropic_messages import (
     to_chat,
 )
 from gateway.routing.plan import RoutePlan
+from gateway.routing.sticky import conversation_key
 
 MAX_BREAKPOINTS = 4  # Anthropic's limit of cache_control markers per request
 _CACHEABLE_STOPS = ("end_turn", "tool_use", "max_tokens", "stop_sequence")
@@ -78,6 +79,7 @@ async def messages(svc: Services, body: dict[str, Any], forwarded: Mapping[str, 
         if cache_breakpoints(body) > MAX_BREAKPOINTS:
             raise BadRequestError(f"A request may carry at most {MAX_BREAKPOINTS} cache_control breakpoints")
         plan = await admit(svc, body["model"], ex, "chat")
+        ex.conversation = conversation_key(ex.principal.tenant, plan.name, body)
         key = _cache_key(svc, plan, req, ex)
         if key is not None and ex.cache == "miss":
             hit = await svc.cache.get(key)

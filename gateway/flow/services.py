@@ -21,6 +21,7 @@ from gateway.limits.keys import KeyCache
 from gateway.routing.breaker import BreakerBoard
 from gateway.routing.engine_load import EngineBoard
 from gateway.routing.router import Router
+from gateway.routing.sticky import StickyConversations
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("switchyard")
@@ -85,3 +86,4 @@ class Services:
     tracer: Tracer | None = None
     secrets: tuple[str, ...] = field(default=(), repr=False)  # provider keys, for redaction
     responses: ResponseStore | None = None  # stored Responses API responses (previous_response_id)
+    sticky: StickyConversations = field(default_factory=StickyConversations)
