@@ -166,3 +166,19 @@ def test_store_is_per_tenant_and_expires(tmp_path: Path) -> None:
         expired.close()
 
     asyncio.run(run())
+
+
+def test_namespace_tools_are_flattened_and_calls_name_their_namespace() -> None:
+    fn = {"type": "function", "name": "spawn", "parameters": {"type": "object"}}
+    tools = [{"type": "namespace", "name": "agents_v1", "description": "d", "tools": [fn]}]
+    body = {"model": "m", "input": "q", "tools": tools}
+    assert chat_of(body)["tools"] == [
+        {"type": "function", "function": {"name": "spawn", "parameters": {"type": "object"}}}
+    ]
+    call = {"id": "c", "type": "function", "function": {"name": "spawn", "arguments": "{}"}}
+    completion = {"choices": [{"finish_reason": "tool_calls", "message": {"tool_calls": [call]}}]}
+    resp = Response.model_validate(from_chat(body, completion, "resp_1", 1, Usage(1, 1)))
+    assert resp.output[0].type == "function_call" and resp.output[0].namespace == "agents_v1"
+    with pytest.raises(BadRequestError) as err:
+        chat_of({**body, "tools": [{"type": "namespace", "name": "n", "tools": [{"type": "web_search"}]}]})
+    assert err.value.param == "tools[0].tools[0].type"

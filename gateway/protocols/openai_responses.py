@@ -148,7 +148,7 @@ def to_chat(body: dict[str, Any], items: list[Item]) -> tuple[dict[str, Any], li
         if body.get(name) is not None:
             chat[name] = body[name]
     if body.get("tools"):
-        chat["tools"] = [_tool(t, i) for i, t in enumerate(body["tools"])]
+        chat["tools"] = [fn for i, t in enumerate(body["tools"]) for fn in _tools(t, f"tools[{i}]")]
     if body.get("tool_choice") is not None:
         chat["tool_choice"] = _tool_choice(body["tool_choice"])
     fmt = _response_format((body.get("text") or {}).get("format"))
@@ -216,12 +216,31 @@ def _chat_part(part: Item, param: str) -> Item:
     raise BadRequestError(f"This gateway cannot translate {what}", param=f"{param}.type")
 
 
-def _tool(tool: Item, i: int) -> Item:
+def _tools(tool: Item, param: str) -> list[Item]:
+    """A function tool, or a namespace's function tools (their calls come back with the
+    namespace named: see ``namespaces``)."""
+    if tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+        return [_tool(t, f"{param}.tools[{j}]") for j, t in enumerate(tool["tools"])]
+    return [_tool(tool, param)]
+
+
+def namespaces(tools: Any) -> dict[str, str]:
+    """Function name -> the namespace tool it was declared in."""
+    out: dict[str, str] = {}
+    for tool in tools if isinstance(tools, list) else []:
+        if isinstance(tool, dict) and tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+            for t in tool["tools"]:
+                if isinstance(t, dict) and isinstance(t.get("name"), str):
+                    out[t["name"]] = str(tool.get("name"))
+    return out
+
+
+def _tool(tool: Item, param: str) -> Item:
     if tool.get("type") != "function":
         kind = tool.get("type")
-        raise BadRequestError(f"Built-in tools such as '{kind}' are not supported", param=f"tools[{i}].type")
+        raise BadRequestError(f"Built-in tools such as '{kind}' are not supported", param=f"{param}.type")
     if not isinstance(tool.get("name"), str) or not tool["name"]:
-        raise BadRequestError(f"Missing required parameter: 'tools[{i}].name'", param=f"tools[{i}].name")
+        raise BadRequestError(f"Missing required parameter: '{param}.name'", param=f"{param}.name")
     fn: Item = {"name": tool["name"]}
     for name in ("description", "parameters", "strict"):
         if tool.get(name) is not None:
@@ -313,7 +332,7 @@ def finished(response: Item, output: list[Item], finish: str | None, usage: Usag
     }
 
 
-def output_items(message: dict[str, Any]) -> list[Item]:
+def output_items(message: dict[str, Any], ns: dict[str, str] | None = None) -> list[Item]:
     """A chat ``message`` -> the Response's output items (a message item, function calls)."""
     out: list[Item] = []
     parts: list[Item] = []
@@ -325,10 +344,15 @@ def output_items(message: dict[str, Any]) -> list[Item]:
         out.append({**_message("assistant", parts)})
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
-        out.append(
-            _function_call(str(call.get("id") or new_id("call")), str(fn.get("name")), fn.get("arguments"))
-        )
+        item = _function_call(str(call.get("id") or new_id("call")), str(fn.get("name")), fn.get("arguments"))
+        out.append(_in_namespace(item, ns or {}))
     return out
+
+
+def _in_namespace(item: Item, ns: dict[str, str]) -> Item:
+    if item["name"] in ns:
+        item["namespace"] = ns[item["name"]]
+    return item
 
 
 def _function_call(call_id: str, name: str, arguments: Any, status: str = "completed") -> Item:
@@ -348,7 +372,7 @@ def from_chat(
 ) -> Item:
     choices = completion.get("choices") or [{}]
     choice = choices[0]
-    output = output_items(choice.get("message") or {})
+    output = output_items(choice.get("message") or {}, namespaces(body.get("tools")))
     return finished(skeleton(body, rid, created_at), output, choice.get("finish_reason"), usage)
 
 
@@ -371,6 +395,7 @@ class EventEncoder:
         self._calls: dict[int, int] = {}  # chat tool-call index -> output index
         self._open_calls: list[int] = []
         self.finish_reason: str | None = None
+        self._ns = namespaces(response.get("tools"))
 
     def _ev(self, kind: str, **fields: Any) -> Item:
         event = {"type": kind, "sequence_number": self.seq, **fields}
@@ -433,6 +458,7 @@ class EventEncoder:
             item = _function_call(
                 str(call.get("id") or new_id("call")), str(fn.get("name") or ""), "", "in_progress"
             )
+            _in_namespace(item, self._ns)
             self._calls[index] = len(self.output)
             self._open_calls.append(len(self.output))
             self.output.append(item)
@@ -472,7 +498,7 @@ class EventEncoder:
             item["status"] = "completed"
             yield self._ev("response.output_item.done", output_index=index, item=item)
         for index in self._open_calls:
-            item = self.output[index]
+            item = _in_namespace(self.output[index], self._ns)
             yield self._ev(
                 "response.function_call_arguments.done",
                 item_id=item["id"],
