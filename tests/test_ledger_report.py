@@ -153,3 +153,17 @@ def test_to_json_money_as_strings(ledger_file: Path) -> None:
     assert obj["lines"][1]["cost_usd"] == "0.0000000003"
     assert D(obj["total"]["cost_usd"]) == D("0.5000000003")
     assert obj["total"]["requests"] == 6
+
+
+def test_cached_share_of_input_per_group(ledger_file: Path) -> None:
+    lines = {ln.key: ln for ln in spend(ledger_file, "model", None, now=NOW)}
+    for ln in lines.values():
+        expected = ln.cached_tokens / ln.input_tokens if ln.input_tokens else None
+        assert ln.cached_share == expected
+    assert any(ln.cached_share for ln in lines.values())
+    out = to_json(list(lines.values()), "model", None)
+    by_key = {row["key"]: row["cached_share"] for row in out["lines"]}
+    assert by_key == {
+        k: None if ln.cached_share is None else round(ln.cached_share, 4) for k, ln in lines.items()
+    }
+    assert "CACHED%" in format_table(list(lines.values()), "model").splitlines()[0]

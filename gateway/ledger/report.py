@@ -47,6 +47,11 @@ class SpendLine:
     baseline_cost_usd: Decimal
     savings_usd: Decimal
 
+    @property
+    def cached_share(self) -> float | None:
+        """Cached input tokens over all input tokens (prompt-cache reads): None without input."""
+        return self.cached_tokens / self.input_tokens if self.input_tokens else None
+
 
 def parse_since(text: str) -> float:
     """``"90s"``, ``"30m"``, ``"24h"``, ``"7d"`` -> seconds. ValueError for anything else."""
@@ -204,6 +209,7 @@ def _cells(label: str, ln: SpendLine) -> list[str]:
         f"{ln.errors:,}",
         f"{ln.input_tokens:,}",
         f"{ln.cached_tokens:,}",
+        "-" if ln.cached_share is None else f"{ln.cached_share:.0%}",
         f"{ln.output_tokens:,}",
         _usd(ln.cost_usd),
         _usd(ln.baseline_cost_usd),
@@ -213,7 +219,7 @@ def _cells(label: str, ln: SpendLine) -> list[str]:
 
 def format_table(lines: list[SpendLine], by: str = "key") -> str:
     """An aligned text table (money rounded to 1e-6 USD for display) with a TOTAL line."""
-    header = [by.upper(), "REQUESTS", "ERRORS", "INPUT", "CACHED", "OUTPUT"]
+    header = [by.upper(), "REQUESTS", "ERRORS", "INPUT", "CACHED", "CACHED%", "OUTPUT"]
     header += ["COST_USD", "BASELINE_USD", "SAVINGS_USD"]
     body = [_cells(NONE_LABEL if ln.key is None else ln.key, ln) for ln in lines]
     foot = _cells("TOTAL", total(lines))
@@ -236,6 +242,7 @@ def _line_json(ln: SpendLine, with_key: bool = True) -> dict[str, Any]:
         "unpriced": ln.unpriced,
         "input_tokens": ln.input_tokens,
         "cached_tokens": ln.cached_tokens,
+        "cached_share": None if ln.cached_share is None else round(ln.cached_share, 4),
         "output_tokens": ln.output_tokens,
         "cost_usd": f"{ln.cost_usd:f}",
         "baseline_cost_usd": f"{ln.baseline_cost_usd:f}",
