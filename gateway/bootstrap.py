@@ -158,8 +158,19 @@ def rebuild(previous: Services, policy: Policy) -> tuple[Services, list[object]]
 
 
 def _secrets(policy: Policy) -> tuple[str, ...]:
-    """The provider API keys (for redaction)."""
-    return tuple(p.api_key for p in policy.providers.values() if p.api_key)
+    """Every configured secret value, for redaction: each provider's API key and every value
+    of its ``headers`` (whatever the header), with the token after an auth scheme
+    (``Bearer x``, ``Basic x``) on its own too, since upstreams echo either form."""
+    out: list[str] = []
+    for p in policy.providers.values():
+        for value in (p.api_key, *p.headers.values()):
+            if not value:
+                continue
+            out.append(value)
+            scheme, _, token = value.strip().partition(" ")
+            if token.strip() and scheme.isalpha():
+                out.append(token.strip())
+    return tuple(dict.fromkeys(out))
 
 
 def _warn_unconfigured(policy: Policy) -> None:

@@ -51,6 +51,8 @@ class LyingUpstream:
         self.json: Json = chat_body(usage={"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4})
         self.events: Callable[[], Iterator[Json]] = lambda: iter([chunk("hi"), chunk(None, {})])
         self.delay_s = 0.0
+        self.status = 200  # any other: ``json`` is sent with that status (streams too)
+        self.headers_seen: list[dict[str, str]] = []
         self.batch = 1  # events per write (a fast upstream writes many at once)
         self.done = True
         self.written = 0  # SSE events written so far (all requests)
@@ -67,9 +69,10 @@ class LyingUpstream:
             def do_POST(self) -> None:
                 body = orjson.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
                 upstream.requests.append(body)
-                if not body.get("stream"):
+                upstream.headers_seen.append(dict(self.headers))
+                if not body.get("stream") or upstream.status != 200:
                     raw = json.dumps(upstream.json).encode()  # stdlib: deeper than orjson writes
-                    self.send_response(200)
+                    self.send_response(upstream.status)
                     self.send_header("content-type", "application/json")
                     self.send_header("content-length", str(len(raw)))
                     self.end_headers()
@@ -117,14 +120,14 @@ class LyingUpstream:
         self.server.server_close()
 
 
-def lying_policy(url: str, extra: str = "") -> str:
+def lying_policy(url: str, extra: str = "", provider_extra: str = "") -> str:
     return f"""
 providers:
   liar:
     type: openai
     base_url: {url}/v1
     api_key: sk-liar-secret-0123456789abcdef
-models:
+{provider_extra}models:
   lm: {{provider: liar, upstream: lying-model, price: {{input: 1.0, output: 2.0}}}}
 routes:
   lie:

@@ -310,3 +310,41 @@ def test_impossible_usage_is_estimated_and_the_row_is_written(
     assert row["cost_usd"] is not None and Decimal(str(row["cost_usd"])) < Decimal("0.001")
     metrics = lgw.get("/metrics").text
     assert 'switchyard_usage_estimated_total{provider="liar"' in metrics
+
+
+# ----------------------------------------------------------------- class 8: every secret redacted
+KEY = "liarKey0123456789abcdefXYZ"  # no sk- prefix
+HEADER = "hdr-Secret-9f8e7d6c5b4a3210"
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        f"bad header value {HEADER}",
+        f"bad token Token {HEADER[4:20]}",  # a partial echo of a header value
+        f"Incorrect API key provided: {KEY[:14]}****",  # a prefix of a key without sk-
+        f"key ends in ...{KEY[-10:]}",
+        f"full key {KEY}",
+    ],
+)
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_upstream_echoes_of_any_configured_secret_are_redacted(
+    tmp_path: Path, liar: LyingUpstream, echo: str, stream: bool
+) -> None:
+    provider = f"    headers: {{x-custom-auth: {HEADER}, authorization: 'Token {HEADER}'}}\n"
+    policy = lying_policy(liar.base_url, provider_extra=provider).replace(
+        "api_key: sk-liar-secret-0123456789abcdef", f"api_key: {KEY}"
+    )
+    gw = start_gateway(tmp_path, policy)
+    try:
+        liar.status = 400
+        liar.json = {"error": {"message": echo, "type": "invalid_request_error", "code": None}}
+        r = gw.post(CHAT, {"model": "lie", "messages": HELLO, "stream": stream}, tenant="capped")
+        assert r.status_code >= 400
+        assert liar.headers_seen and liar.headers_seen[-1].get("x-custom-auth") == HEADER
+        for secret in (KEY, HEADER):
+            for i in range(len(secret) - 8 + 1):
+                assert secret[i : i + 8] not in r.text, (secret[i : i + 8], r.text)
+        assert "[REDACTED]" in r.text
+    finally:
+        gw.stop()
