@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -16,7 +17,7 @@ from openai.types.responses import Response, ResponseItemList, ResponseStreamEve
 from pydantic import TypeAdapter
 
 from load_tests.mock_upstream import MockUpstream
-from tests.gateway_harness import RunningGateway
+from tests.gateway_harness import RunningGateway, mock_policy, start_gateway
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 TOOL = {
@@ -319,3 +320,40 @@ def test_models_retrieve(client: Client, gateway: RunningGateway) -> None:
     assert err.value.body["param"] == "model"  # type: ignore[index]
     with pytest.raises(openai.NotFoundError):
         client(gateway, "team-b").models.retrieve("large")  # exists, but not for team-b
+
+
+def test_limits_budgets_and_aliases_apply(client: Client, tmp_path: Path, mock: MockUpstream) -> None:
+    text = mock_policy(mock.base_url, '\naliases:\n  "gpt-5*": auto\n')
+    text = text.replace("tenants:\n", "tenants:\n  capped:\n    budget: {daily_usd: 0.0005}\n", 1)
+    gw = start_gateway(tmp_path, text)
+    try:
+        assert gw.app_state.services.responses.ttl_s == 30 * 24 * 3600  # the default TTL
+        c = client(gw)
+        resp = c.responses.create(model="gpt-5-mini", input="aliased", prompt_cache_key="conv-1")
+        assert resp.model == "gpt-5-mini" and chat_sent(mock)["prompt_cache_key"] == "conv-1"
+        assert c.models.retrieve("gpt-5-codex").id == "gpt-5-codex"
+        with pytest.raises(openai.RateLimitError) as err:  # worst case 100k output tokens > budget
+            client(gw, "capped").responses.create(model="small", input="x", max_output_tokens=100_000)
+        assert "budget" in err.value.message
+        b = client(gw, "team-b")  # rpm: 5
+        for _ in range(5):
+            b.responses.create(model="small", input="x", store=False)
+        with pytest.raises(openai.RateLimitError):
+            b.responses.create(model="small", input="x")
+        rows = gw.ledger_rows()
+        assert rows[0]["route"] == "auto" and rows[0]["requested_model"] == "gpt-5-mini"
+        assert [r["http_status"] for r in rows[1:]] == [429, 200, 200, 200, 200, 200, 429]
+        assert {r["endpoint"] for r in rows} == {"responses"}
+    finally:
+        gw.stop()
+
+
+def test_reasoning_items_are_named_in_the_dropped_header(client: Client, gateway: RunningGateway) -> None:
+    raw = client(gateway).responses.with_raw_response.create(
+        model="small",
+        input=[
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"role": "user", "content": "q"},
+        ],
+    )
+    assert raw.headers["x-switchyard-dropped"] == "reasoning"
