@@ -48,7 +48,7 @@ RETIRE_GRACE_S = 120.0  # retired providers/caches close after in-flight request
 # --------------------------------------------------------------------------- the parts
 def _provider_key(p: ProviderPolicy) -> tuple[object, ...]:
     engine = (tuple(p.replicas), p.balance, p.affinity) if p.replicas else ()
-    return (p.type, p.base_url, p.api_key, tuple(sorted(p.headers.items())), *engine)
+    return (p.type, p.base_url, p.api_key, tuple(sorted(p.headers.items())), p.auto_cache_control, *engine)
 
 
 def _provider(name: str, p: ProviderPolicy, engines: EngineBoard) -> Provider:
@@ -63,7 +63,9 @@ def _provider(name: str, p: ProviderPolicy, engines: EngineBoard) -> Provider:
         clients = [OpenAICompatProvider(name, url, p.api_key, p.headers) for url in p.replicas]
         return ReplicatedProvider(name, clients, balancer)
     if p.type == "anthropic":
-        return AnthropicProvider(name, p.base_url, p.api_key, p.headers)
+        return AnthropicProvider(
+            name, p.base_url, p.api_key, p.headers, auto_cache_control=p.auto_cache_control
+        )
     return OpenAICompatProvider(name, p.base_url, p.api_key, p.headers)
 
 

@@ -64,6 +64,10 @@ class ProviderPolicy(_Strict):
     balance: Literal["prefix_affinity", "least_loaded", "round_robin"] = "prefix_affinity"
     affinity: AffinityPolicy = Field(default_factory=AffinityPolicy)
     load: EngineLoadPolicy | None = None  # probe vLLM /metrics and spill over when saturated
+    # Anthropic, for chat-completions clients: mark the stable prefix (system, tools, earlier
+    # turns) with cache_control when it is long enough to be cached (gateway/providers/
+    # anthropic_wire.py, add_cache_breakpoints, says when a write pays for itself).
+    auto_cache_control: bool = False
 
     @field_validator("replicas")
     @classmethod

@@ -22,6 +22,7 @@ from gateway.providers import http
 from gateway.providers.anthropic_stream import StreamTranslator
 from gateway.providers.anthropic_wire import (
     MalformedResponseError,
+    add_cache_breakpoints,
     from_anthropic_response,
     to_anthropic_request,
 )
@@ -39,8 +40,11 @@ class AnthropicProvider:
         api_key: str | None,
         headers: Mapping[str, str] | None = None,
         anthropic_version: str = "2023-06-01",
+        *,
+        auto_cache_control: bool = False,
     ) -> None:
         self.name = name
+        self._auto_cache = auto_cache_control
         self._url = base_url.rstrip("/") + "/v1/messages"
         self._headers = {
             **dict(headers or {}),
@@ -53,6 +57,10 @@ class AnthropicProvider:
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(name={self.name!r}, url={self._url!r})"
+
+    def _request(self, body: dict[str, Any], target: Target, *, stream: bool) -> dict[str, Any]:
+        request = to_anthropic_request(body, target.upstream_model, stream=stream)
+        return add_cache_breakpoints(request) if self._auto_cache else request
 
     def _headers_for(self, stream: bool) -> dict[str, str]:
         return {**self._headers, "accept": "text/event-stream" if stream else "application/json"}
@@ -110,7 +118,7 @@ class AnthropicProvider:
         return resp
 
     async def chat(self, body: dict[str, Any], target: Target, timeout: float) -> ChatResult:
-        payload = orjson.dumps(to_anthropic_request(body, target.upstream_model, stream=False))
+        payload = orjson.dumps(self._request(body, target, stream=False))
         parsed = await self._post_json(payload, self._headers_for(False), timeout)
         try:
             return from_anthropic_response(parsed, target.upstream_model)
@@ -120,7 +128,7 @@ class AnthropicProvider:
     async def chat_stream(
         self, body: dict[str, Any], target: Target, timeout: float, idle_timeout: float
     ) -> AnthropicStream:
-        payload = orjson.dumps(to_anthropic_request(body, target.upstream_model, stream=True))
+        payload = orjson.dumps(self._request(body, target, stream=True))
         resp = await self._open_stream(payload, self._headers_for(True), timeout)
         translator = StreamTranslator(target.upstream_model, provider=self.name)
         return AnthropicStream(self.name, resp, translator, idle_timeout)
