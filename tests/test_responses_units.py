@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
@@ -182,3 +184,79 @@ def test_namespace_tools_are_flattened_and_calls_name_their_namespace() -> None:
     with pytest.raises(BadRequestError) as err:
         chat_of({**body, "tools": [{"type": "namespace", "name": "n", "tools": [{"type": "web_search"}]}]})
     assert err.value.param == "tools[0].tools[0].type"
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.sampled_from(
+        [
+            "",
+            "x",
+            "function",
+            "message",
+            "user",
+            "assistant",
+            "input_text",
+            "input_image",
+            "function_call",
+            "function_call_output",
+            "namespace",
+            "json_schema",
+            "developer",
+        ]
+    ),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "type",
+                    "role",
+                    "content",
+                    "text",
+                    "name",
+                    "call_id",
+                    "arguments",
+                    "output",
+                    "tools",
+                    "image_url",
+                    "schema",
+                    "format",
+                    "id",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None, database=None, derandomize=True)
+@given(input_=JSON, tools=st.lists(JSON, max_size=2) | st.none(), choice=JSON, text=JSON)
+def test_any_json_is_translated_or_refused_with_a_400(
+    input_: Any, tools: Any, choice: Any, text: Any
+) -> None:
+    body = {
+        "model": "m",
+        "input": input_ if isinstance(input_, (str, list)) else "x",
+        "tools": tools,
+        "tool_choice": choice,
+    }
+    if isinstance(body["input"], list):
+        body["input"] = [i for i in body["input"] if isinstance(i, dict)]  # the wire model's list[dict]
+    if isinstance(text, dict):
+        body["text"] = text
+    if not isinstance(choice, (str, dict)):
+        body["tool_choice"] = None
+    if isinstance(tools, list):
+        body["tools"] = [t for t in tools if isinstance(t, dict)]
+    try:
+        chat, _ = to_chat(body, input_items(body))
+    except BadRequestError as exc:
+        assert exc.param
+        return
+    assert chat["messages"]

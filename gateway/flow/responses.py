@@ -89,7 +89,7 @@ async def _turn(svc: Services, body: dict[str, Any], ex: Exchange) -> _Turn:
             raise _not_found(prev, "previous_response_id")
         history = [*stored.history, *stored.input_items, *stored.response.get("output", [])]
     items = input_items(body)
-    chat, dropped = to_chat(body, [*history, *items])
+    chat, dropped = to_chat(body, [*history, *items], offset=len(history))
     return _Turn(body, items, history, chat, dropped)
 
 

@@ -81,13 +81,12 @@ def input_items(body: dict[str, Any]) -> list[Item]:
     out: list[Item] = []
     for i, item in enumerate(raw):
         kind = item.get("type", "message" if "role" in item else None)
+        _check_item(item, kind, f"input[{i}]")
         if kind == "message":
             content = item.get("content")
             if isinstance(content, str):
                 part = "output_text" if item.get("role") == "assistant" else "input_text"
                 content = [_text_part(part, content)]
-            if not isinstance(content, list):
-                raise BadRequestError(f"Invalid value for 'input[{i}].content'", param=f"input[{i}].content")
             msg = {**item, "type": "message", "content": content, "id": item.get("id") or new_id("msg")}
             out.append({"status": "completed", **msg})
         elif kind in ("function_call", "function_call_output", "reasoning"):
@@ -99,6 +98,32 @@ def input_items(body: dict[str, Any]) -> list[Item]:
                 f"Input items of type '{kind}' cannot be served by this gateway", param=param
             )
     return out
+
+
+def _bad(param: str, what: str = "") -> BadRequestError:
+    return BadRequestError(f"Invalid value for '{param}'{': ' + what if what else ''}", param=param)
+
+
+def _check_item(item: Item, kind: Any, param: str) -> None:
+    """The fields translation reads, with the types it needs (a 400 naming the field)."""
+    need: dict[str, type | tuple[type, ...]] = {}
+    if kind == "message":
+        if item.get("role") not in ("user", "assistant", "system", "developer"):
+            raise _bad(f"{param}.role", "expected 'user', 'assistant', 'system' or 'developer'")
+        need = {"content": (str, list)}
+    elif kind == "function_call":
+        need = {"call_id": str, "name": str}
+        if not isinstance(item.get("arguments", ""), str):
+            raise _bad(f"{param}.arguments", "expected a string")
+    elif kind == "function_call_output":
+        need = {"call_id": str, "output": (str, list)}
+    for name, types in need.items():
+        if not isinstance(item.get(name), types):
+            raise _bad(f"{param}.{name}")
+    for key in ("content", "output"):
+        value = item.get(key)
+        if isinstance(value, list) and not all(isinstance(p, dict) for p in value):
+            raise _bad(f"{param}.{key}", "expected an array of content parts (objects)")
 
 
 def _text_part(kind: str, text: str) -> Item:
@@ -113,9 +138,10 @@ def _message(role: str, content: list[Item]) -> Item:
     return {"type": "message", "id": new_id("msg"), "role": role, "content": content, "status": "completed"}
 
 
-def to_chat(body: dict[str, Any], items: list[Item]) -> tuple[dict[str, Any], list[str]]:
-    """A validated Responses body and the conversation's items (stored history, then this
-    request's input) -> (an OpenAI chat body, the names of what was not sent)."""
+def to_chat(body: dict[str, Any], items: list[Item], offset: int = 0) -> tuple[dict[str, Any], list[str]]:
+    """A validated Responses body and the conversation's items (``offset`` stored history
+    items, then this request's input) -> (an OpenAI chat body, the names of what was not
+    sent). Errors name ``input[i]`` counted in the request's own input."""
     for name in _UNSUPPORTED:
         if body.get(name) is not None:
             raise BadRequestError(f"'{name}' is not supported by this gateway", param=name)
@@ -128,7 +154,7 @@ def to_chat(body: dict[str, Any], items: list[Item]) -> tuple[dict[str, Any], li
             if "reasoning" not in dropped:
                 dropped.append("reasoning")
             continue
-        _add_item(messages, item, i)
+        _add_item(messages, item, i - offset)
     if not messages:
         raise BadRequestError("Missing required parameter: 'input'", param="input")
     chat: dict[str, Any] = {"model": body["model"], "messages": messages}
@@ -235,7 +261,9 @@ def namespaces(tools: Any) -> dict[str, str]:
     return out
 
 
-def _tool(tool: Item, param: str) -> Item:
+def _tool(tool: Any, param: str) -> Item:
+    if not isinstance(tool, dict):
+        raise _bad(param, "expected a tool object")
     if tool.get("type") != "function":
         kind = tool.get("type")
         raise BadRequestError(f"Built-in tools such as '{kind}' are not supported", param=f"{param}.type")
