@@ -181,10 +181,12 @@ class GatewayProcess:
         cpus: set[int] | None,
         timeout: float = 60.0,
         extra_env: dict[str, str] | None = None,
+        policy_template: str = POLICY_TEMPLATE,
     ) -> tuple[GatewayProcess, str]:
-        """Write the policy, create a client key, start ``switchyard serve``; returns (gateway, key)."""
+        """Write the policy (``policy_template`` with ``{mock_port}``), create a client key,
+        start ``switchyard serve``; returns (gateway, key)."""
         policy = home / "policy.yaml"
-        policy.write_text(POLICY_TEMPLATE.format(mock_port=mock_port))
+        policy.write_text(policy_template.format(mock_port=mock_port))
         env = env_with_root(
             {"SWITCHYARD_HOME": str(home), "SWITCHYARD_ADMIN_KEY": admin_key, **(extra_env or {})}
         )

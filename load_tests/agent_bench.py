@@ -1,0 +1,199 @@
+"""Agent-traffic benchmark: the Anthropic Messages surface beside chat, in the same run.
+
+    python -m load_tests.agent_bench [--quick] [--out DIR]
+
+Starts the zero-latency mock (OpenAI and Anthropic wire formats on one port) and
+``switchyard serve`` pinned like ``load_tests.bench``, then for each protocol measures the
+mock directly and through the gateway: chat completions, Messages passed through to an
+Anthropic upstream, and Messages translated to a chat upstream. Reports the added p50
+latency (open loop, non-streaming and streaming TTFT) and the closed-loop throughput ratio
+per protocol; the pass-through should add no more than chat does. Writes
+``agent-bench-<UTC>.json`` and ``.md`` under DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from load_tests.bench import DEFAULT_OUT, _cpu_plan
+from load_tests.bench_procs import GatewayProcess, MockProcess, machine_info
+from load_tests.bench_report import save_report
+from load_tests.loadgen import BodyFactory, LoadSpec, run_closed_loop, run_open_loop
+from load_tests.mock_upstream import new_event_loop
+
+POLICY = """\
+server:
+  auth: keys
+providers:
+  mock:
+    type: openai
+    base_url: http://127.0.0.1:{mock_port}/v1
+    api_key: mock-key
+  mock-anthropic:
+    type: anthropic
+    base_url: http://127.0.0.1:{mock_port}
+    api_key: mock-key
+models:
+  mock-small: {{provider: mock, upstream: mock-small, price: {{input: 0.15, output: 0.60}}}}
+  claude: {{provider: mock-anthropic, upstream: claude-mock, price: {{input: 3, output: 15}}}}
+routes:
+  bench:
+    targets: [mock-small]
+    cache: {{mode: "off"}}
+  agent:
+    targets: [claude]
+    cache: {{mode: "off"}}
+"""
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    path: str
+    direct_model: str
+    gateway_model: str
+    anthropic: bool
+
+
+CASES = (
+    Case("chat", "/v1/chat/completions", "mock-small", "bench", False),
+    Case("messages_passthrough", "/v1/messages", "claude-mock", "agent", True),
+    Case("messages_to_chat", "/v1/messages", "", "mock-small", True),  # no direct twin: vs chat's
+)
+
+
+def body(model: str, anthropic: bool, stream: bool, tag: str) -> BodyFactory:
+    def make(i: int) -> bytes:
+        msg = {"role": "user", "content": f"request {tag} {i} lorem ipsum dolor"}
+        out: dict[str, Any] = {"model": model, "messages": [msg]}
+        if anthropic:
+            out["max_tokens"] = 16
+        if stream:
+            out["stream"] = True
+        return json.dumps(out).encode()
+
+    return make
+
+
+async def measure(url: str, case: Case, model: str, headers: dict[str, str], quick: bool) -> dict[str, Any]:
+    open_s, closed_s = (3.0, 2.0) if quick else (8.0, 5.0)
+    out: dict[str, Any] = {}
+    for stream, key in ((False, "latency"), (True, "ttft")):
+        tag = f"{case.name}-{key}-{secrets.token_hex(3)}"
+        spec = LoadSpec(url=url + case.path, body=body(model, case.anthropic, stream, tag), headers=headers,
+                        stream=stream, duration_s=open_s, timeout_s=10.0, drain_s=5.0)  # fmt: skip
+        report = (await run_open_loop(spec, 100.0)).to_dict()
+        out[key + "_p50_ms"] = report["ttft_ms" if stream else "latency_ms"]["p50"]
+        out[key + "_errors"] = sum(report["errors"].values())
+    tag = f"{case.name}-closed-{secrets.token_hex(3)}"
+    spec = LoadSpec(url=url + case.path, body=body(model, case.anthropic, False, tag), headers=headers,
+                    duration_s=closed_s, timeout_s=10.0, drain_s=5.0)  # fmt: skip
+    report = (await run_closed_loop(spec, 32)).to_dict()
+    out["rps"], out["closed_errors"] = report["achieved_rps"], sum(report["errors"].values())
+    return out
+
+
+async def run(mock_url: str, gw_url: str, key: str, quick: bool) -> list[dict[str, Any]]:
+    direct_h = {
+        "authorization": "Bearer mock-key",
+        "x-api-key": "mock-key",
+        "anthropic-version": "2023-06-01",
+    }
+    gw_h = {"authorization": f"Bearer {key}"}
+    rows = []
+    direct: dict[str, dict[str, Any]] = {}
+    for case in CASES:
+        if case.direct_model:
+            direct[case.name] = await measure(mock_url, case, case.direct_model, direct_h, quick)
+        base = direct[case.name] if case.direct_model else direct["chat"]
+        through = await measure(gw_url, case, case.gateway_model, gw_h, quick)
+        rows.append({"case": case.name, "direct": base, "gateway": through,
+                     "added_p50_ms": _sub(through["latency_p50_ms"], base["latency_p50_ms"]),
+                     "added_ttft_p50_ms": _sub(through["ttft_p50_ms"], base["ttft_p50_ms"]),
+                     "rps_ratio": through["rps"] / base["rps"] if base["rps"] else None})  # fmt: skip
+    return rows
+
+
+def _sub(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "# Agent traffic: Messages beside chat (same run)",
+        "",
+        f"- {report['timestamp']}; quick: {report['quick']}; pinning: {report['machine'].get('pinning')}",
+        "- open loop 100 req/s (p50), closed loop 32 clients (req/s); `messages_to_chat` is compared",
+        "  with the direct chat figures (the mock has no Messages twin for a chat model)",
+        "",
+        "| case | added p50 | added TTFT p50 | gateway req/s | direct req/s | ratio | errors |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in report["rows"]:
+        g, d = r["gateway"], r["direct"]
+        errors = g["latency_errors"] + g["ttft_errors"] + g["closed_errors"]
+        lines.append(
+            f"| {r['case']} | {_ms(r['added_p50_ms'])} | {_ms(r['added_ttft_p50_ms'])} | {g['rps']:,.0f} "
+            f"| {d['rps']:,.0f} | x{r['rps_ratio']:.2f} | {errors} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"+{v:.2f} ms"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m load_tests.agent_bench")
+    p.add_argument("--quick", action="store_true", help="short runs (about 30 s in all)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = p.parse_args(argv)
+    gw_cpus, load_cpus = _cpu_plan(False)
+    machine = machine_info()
+    machine["pinning"] = (
+        {"gateway": sorted(gw_cpus), "mock_and_loadgen": sorted(load_cpus)} if gw_cpus and load_cpus else None
+    )
+    if load_cpus:
+        os.sched_setaffinity(0, load_cpus)
+    started = time.time()
+    mock = MockProcess.start(load_cpus)
+    try:
+        with tempfile.TemporaryDirectory(prefix="switchyard-agent-bench-") as home:
+            gateway, key = GatewayProcess.start(
+                Path(home), mock.port, secrets.token_hex(16), gw_cpus, policy_template=POLICY
+            )
+            try:
+                loop = new_event_loop()
+                try:
+                    rows = loop.run_until_complete(run(mock.url, gateway.url, key, args.quick))
+                finally:
+                    loop.close()
+            finally:
+                gateway.stop()
+    finally:
+        mock.stop()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
+    report = {
+        "kind": "switchyard-agent-bench",
+        "timestamp": stamp,
+        "quick": args.quick,
+        "machine": machine,
+        "rows": rows,
+    }
+    text = markdown(report)
+    save_report(args.out / f"agent-bench-{stamp}", report, text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
