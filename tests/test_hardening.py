@@ -348,3 +348,49 @@ def test_upstream_echoes_of_any_configured_secret_are_redacted(
         assert "[REDACTED]" in r.text
     finally:
         gw.stop()
+
+
+# ----------------------------------------------------------------- class 10: admin numbers bounded
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"daily_usd": 1e30},
+        {"monthly_usd": "1e30"},
+        {"rpm": 1e23},
+        {"tpm": 10**20},
+        {"rpm": True},
+        {"daily_usd": "NaN"},
+    ],
+)
+def test_admin_numbers_are_bounded(lgw: RunningGateway, limits: dict[str, Any]) -> None:
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    with httpx.Client(timeout=10) as c:
+        r = c.post(lgw.url + "/admin/keys", json={"tenant": "team-z", **limits}, headers=admin)
+        assert r.status_code == 400, r.text
+        assert next(iter(limits)) in r.json()["error"]["message"]
+        ok = c.post(lgw.url + "/admin/keys", json={"tenant": "team-z", "daily_usd": 5}, headers=admin)
+        assert ok.status_code == 201, ok.text
+        put = c.put(lgw.url + f"/admin/keys/{ok.json()['key_id']}/limits", json=limits, headers=admin)
+        assert put.status_code == 400, put.text
+        assert c.get(lgw.url + "/admin/budgets", headers=admin).status_code == 200
+        assert c.get(lgw.url + "/metrics").status_code == 200
+        spend = c.get(lgw.url + "/admin/spend?since=99999999999999999999d", headers=admin)
+        assert spend.status_code < 500, spend.text
+
+
+def test_huge_limits_stored_by_another_path_do_not_break_observability(
+    lgw: RunningGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.limits import keys
+    from gateway.limits.keys import KeyLimits, KeyStore
+
+    with pytest.raises(ValueError, match="at most"):
+        KeyStore(lgw.settings.keys_db).set_limits("k", KeyLimits(None, None, Decimal("1e30"), None))
+    monkeypatch.setattr(keys, "MAX_LIMIT", Decimal("1e40"))  # a row stored before the bound
+    store = KeyStore(lgw.settings.keys_db)
+    _, record = store.create("team-h")
+    store.set_limits(record.key_id, KeyLimits(10**15, 10**15, Decimal("1e30"), Decimal("1e30")))
+    lgw.app_state.services.limits.refresh_key_limits()
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    assert lgw.get("/admin/budgets", headers=admin).status_code == 200
+    assert lgw.get("/metrics").status_code == 200

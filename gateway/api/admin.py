@@ -59,11 +59,15 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+MAX_RATE = 10**9  # requests or tokens per minute: more is no limit at all, and breaks counters
+MAX_USD = Decimal(10**9)  # larger budgets overflow the nanos and float gauges of /admin/budgets, /metrics
+
+
 class LimitsBody(_Body):
-    rpm: int | None = Field(default=None, gt=0)
-    tpm: int | None = Field(default=None, gt=0)
-    daily_usd: Decimal | None = Field(default=None, gt=0, allow_inf_nan=False)
-    monthly_usd: Decimal | None = Field(default=None, gt=0, allow_inf_nan=False)
+    rpm: int | None = Field(default=None, gt=0, le=MAX_RATE, strict=True)
+    tpm: int | None = Field(default=None, gt=0, le=MAX_RATE, strict=True)
+    daily_usd: Decimal | None = Field(default=None, gt=0, le=MAX_USD, allow_inf_nan=False)
+    monthly_usd: Decimal | None = Field(default=None, gt=0, le=MAX_USD, allow_inf_nan=False)
 
     def limits(self) -> KeyLimits:
         return KeyLimits(self.rpm, self.tpm, self.daily_usd, self.monthly_usd)

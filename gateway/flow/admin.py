@@ -46,7 +46,7 @@ def since(text: str) -> float | None:
     if text == "all":
         return None
     try:
-        return report.parse_since(text)
+        return max(0.0, report.parse_since(text))  # a window longer than the epoch: everything
     except ValueError as exc:
         raise BadRequestError(str(exc), param="since") from None
 

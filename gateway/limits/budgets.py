@@ -36,7 +36,9 @@ def to_nanos(usd: Decimal) -> int:
 
 
 def from_nanos(nanos: int) -> Decimal:
-    return (Decimal(nanos) * _NANO).quantize(_NANO)
+    """Nano-dollars -> USD with 9 places, exact at any size (no context rounding or overflow)."""
+    sign, digits, _ = Decimal(int(nanos)).as_tuple()
+    return Decimal((sign, digits, -9))
 
 
 def period_bounds(period: Period, now: float) -> tuple[str, float, float]:

@@ -123,6 +123,9 @@ class KeyLimits:
         return self.rpm is None and self.tpm is None and self.daily_usd is None and self.monthly_usd is None
 
 
+MAX_LIMIT = 10**9  # rpm, tpm and USD: more is no limit at all and overflows counters and gauges
+
+
 def _limits_row(r: tuple[object, ...]) -> KeyLimits:
     return KeyLimits(
         None if r[0] is None else int(str(r[0])),
@@ -214,6 +217,8 @@ class KeyStoreBase(ABC):
         for value in (limits.rpm, limits.tpm, limits.daily_usd, limits.monthly_usd):
             if value is not None and value <= 0:
                 raise ValueError("limits must be positive (omit a limit to remove it)")
+            if value is not None and not value <= MAX_LIMIT:  # NaN fails too
+                raise ValueError(f"limits must be at most {MAX_LIMIT:,} (rpm, tpm, USD)")
         if not self._rows(_IS_ACTIVE, (key_id,)):
             return False
         self._change(
