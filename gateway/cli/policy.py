@@ -12,6 +12,7 @@ from gateway.config.loader import PolicyError, load_policy
 from gateway.core.errors import SwitchyardError
 from gateway.core.types import Principal
 from gateway.routing.params import apply_params
+from gateway.routing.plan import QualityRoute
 from gateway.routing.router import Router
 
 
@@ -88,7 +89,11 @@ def cmd_policy_simulate(args: argparse.Namespace) -> int:
         "attempt_timeout_s": route.attempt_timeout_s,
         "deadline_s": route.deadline_s,
     }
-    if plan.auto is not None:  # complexity routing: the order for each decision
+    if isinstance(plan.auto, QualityRoute):  # select: cheapest
+        from gateway.cli.router_irt import simulate_quality
+
+        result["classifier"] = simulate_quality(plan.auto, body, args.embedder)
+    elif plan.auto is not None:  # complexity routing: the order for each decision
         result["classifier"] = {
             "threshold": round(plan.auto.threshold, 6),
             "strong": [t.model for t in plan.auto.strong_first.targets],
@@ -123,6 +128,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--body", default=None, help="request parameters as JSON, e.g. '{\"temperature\": 2}'"
     )
     simulate.add_argument("--json", action="store_true", help="print one JSON object")
+    simulate.add_argument(
+        "--embedder", default="auto", choices=["auto", "onnx", "torch"],
+        help="select: cheapest routes with a --body: the backend that embeds the prompt",
+    )  # fmt: skip
     simulate.set_defaults(func=cmd_policy_simulate)
 
     def policy_help(_args: argparse.Namespace) -> int:

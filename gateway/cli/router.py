@@ -68,11 +68,23 @@ def cmd_score(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     t1 = time.perf_counter()
     texts = [r["prompt"] for r in rows]
-    scores: list[float] = clf.score_batch(encode_all(texts, embedders), texts).tolist() if texts else []
+    vecs = encode_all(texts, embedders) if texts else None
+    scores: list[float] = clf.score_batch(vecs, texts).tolist() if vecs is not None else []
+    success: list[dict[str, float]] = [{} for _ in scores]
+    if args.models and vecs is not None:
+        from gateway.cli.router_irt import model_success
+
+        try:
+            success = model_success([m for m in args.models.split(",") if m], args.difficulty, vecs, texts)
+        except (ClassifierError, ValueError) as exc:
+            return _fail(str(exc))
     t2 = time.perf_counter()
     with Path(args.output).open("w", encoding="utf-8") as fh:
-        for s in scores:
-            fh.write(json.dumps({"score": round(s, 6)}) + "\n")
+        for s, per_model in zip(scores, success, strict=True):
+            row: dict[str, Any] = {"score": round(s, 6)}
+            if args.models:
+                row["success"] = per_model
+            fh.write(json.dumps(row) + "\n")
     rate = len(texts) / (t2 - t1) if t2 > t1 else float("inf")
     print(
         f"scored {len(texts)} prompts in {t2 - t1:.2f}s ({rate:.0f} prompts/s; embedder "
@@ -107,6 +119,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(str(exc))
     embedders = load_embedders(_workers(args.workers), args.embedder)
+    if args.irt:
+        from gateway.cli import router_irt
+
+        return router_irt.train(args, files, embedders)
     if args.cross_task:
         return _cross_task(args, files, embedders)
     command = "switchyard train router " + " ".join(
@@ -177,6 +193,18 @@ def _cross_task(args: argparse.Namespace, files: list[Path], embedders: list[Emb
 # ----------------------------------------------------------------------------- eval router
 def cmd_eval(args: argparse.Namespace) -> int:
     import numpy as np
+
+    if args.multi:
+        from gateway.cli import router_irt
+        from gateway.lab.batch_embed import load_embedders as _load
+
+        try:
+            files = _data_files(args.multi)
+        except ValueError as exc:
+            return _fail(str(exc))
+        return router_irt.evaluate_multi(args, files, _load(_workers(args.workers), args.embedder))
+    if not args.data:
+        return _fail("give --data FILE (one weak/strong file) or --multi DIR_OR_FILES...")
 
     from gateway.lab.batch_embed import encode_all, load_embedders
     from gateway.lab.router_eval import DEFAULT_OUTPUT_TOKENS, EvalData, evaluate, render_text
@@ -292,6 +320,10 @@ def register(sub: Any) -> None:
         help="write no weights: score each file and held-out domain groups with routers fitted without them",
     )  # fmt: skip
     tr.add_argument("--json", action="store_true", help="with --cross-task: one JSON object")
+    tr.add_argument(
+        "--irt", action="store_true",
+        help="train the difficulty model (IRT over every model in the files) and write its weights",
+    )  # fmt: skip
     _common(tr)
     tr.set_defaults(func=cmd_train)
     train.set_defaults(func=lambda _a: (train.print_help(), 2)[1])
@@ -302,6 +334,11 @@ def register(sub: Any) -> None:
     sc.add_argument("--input", required=True, help='JSONL with a "prompt" per row')
     sc.add_argument("--output", required=True, help="JSONL to write")
     sc.add_argument("--weights", default=None, help="router weights (default: the shipped ones)")
+    sc.add_argument(
+        "--models", default=None,
+        help='also write per-model predicted success ("success": {model: p}) from the difficulty model',
+    )  # fmt: skip
+    sc.add_argument("--difficulty", default=None, help="difficulty weights (default: the shipped ones)")
     _common(sc)
     sc.set_defaults(func=cmd_score)
     router.set_defaults(func=lambda _a: (router.print_help(), 2)[1])
@@ -310,7 +347,15 @@ def register(sub: Any) -> None:
 def register_eval(esub: Any) -> None:
     """`switchyard eval router`."""
     ev = esub.add_parser("router", help="APGR, CPT(50%%), CPT(80%%) and dollars of the classifier")
-    ev.add_argument("--data", required=True, help="JSONL: prompt, weak_correct, strong_correct[, *_response]")
+    ev.add_argument("--data", default=None, help="JSONL: prompt, weak_correct, strong_correct[, *_response]")
+    ev.add_argument(
+        "--multi", nargs="+", default=None,
+        help="cross-task tables of the difficulty families over these files or directories",
+    )  # fmt: skip
+    ev.add_argument(
+        "--families", default="irt,irt+len,mirt,ridge,knn", help="with --multi: families to compare"
+    )
+    ev.add_argument("--cache", default=None, help="with --multi: directory to cache embeddings in")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--plot", default=None, help="write the cost-quality curve as PNG")
     ev.add_argument("--scores", default=None, help="evaluate these scores (router score output) instead")

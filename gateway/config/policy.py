@@ -116,6 +116,12 @@ class ModelPolicy(_Strict):
     context_window: int | None = Field(default=None, gt=0)
     # Budgets: the output tokens reserved when a client sends no max_tokens (else the route's).
     max_output_tokens: int | None = Field(default=None, gt=0)
+    # Complexity routing over N models (classifier.select: cheapest): the model's ability on the
+    # difficulty model's logit scale, or its public MMLU-Pro accuracy (mapped to an ability by
+    # the map fitted in the difficulty weights). Neither: the ability fitted for a model of that
+    # name in the training data, else the route is refused at load.
+    ability: float | None = None
+    mmlu_pro: float | None = Field(default=None, gt=0, lt=1)
 
 
 class BudgetPolicy(_Strict):
@@ -167,17 +173,26 @@ class TiersPolicy(_Strict):
 
 
 class ClassifierPolicy(_Strict):
-    """Complexity routing: score >= threshold -> strong tier first, else the cheap tier.
-    Give the threshold, or a quality target (fraction of strong-model quality) from which the
-    threshold is read off the classifier's calibration curve."""
+    """Complexity routing. ``select: tiers`` (the default): score >= threshold -> strong tier
+    first, else the cheap tier; give the threshold, or a quality target (fraction of
+    strong-model quality) from which the threshold is read off the classifier's calibration
+    curve. ``select: cheapest``: over the route's targets, the cheapest model whose predicted
+    quality (difficulty model + the model's ability) is at least ``quality_target`` times the
+    best candidate's; the others follow as fallbacks, best predicted quality first."""
 
+    select: Literal["tiers", "cheapest"] = "tiers"
     threshold: float | None = Field(default=None, ge=0, le=1)
     quality_target: float | None = Field(default=None, gt=0, le=1)
     weights: str | None = None  # router weights file; default: the weights shipped in the package
+    difficulty_weights: str | None = None  # select: cheapest; default: the shipped ones
+    expected_output_tokens: int = Field(default=300, gt=0)  # select: cheapest, for the expected cost
 
     @model_validator(mode="after")
     def _one_of(self) -> ClassifierPolicy:
-        if (self.threshold is None) == (self.quality_target is None):
+        if self.select == "cheapest":
+            if self.quality_target is None or self.threshold is not None:
+                raise ValueError("'select: cheapest' needs 'quality_target' (and no 'threshold')")
+        elif (self.threshold is None) == (self.quality_target is None):
             raise ValueError("give exactly one of 'threshold' or 'quality_target'")
         return self
 
@@ -211,7 +226,10 @@ class RoutePolicy(_Strict):
 
     @model_validator(mode="after")
     def _classifier_needs_tiers(self) -> RoutePolicy:
-        if self.classifier is not None:
+        if self.classifier is not None and self.classifier.select == "cheapest":
+            if len(self.targets) < 2:
+                raise ValueError("'classifier' with 'select: cheapest' needs two targets or more")
+        elif self.classifier is not None:
             if self.tiers is None or not self.tiers.strong:
                 raise ValueError("'classifier' needs 'tiers' with a 'strong' tier")
             if not (self.tiers.cheap or self.tiers.self_hosted):
