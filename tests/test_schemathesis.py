@@ -22,7 +22,7 @@ from tests.gateway_harness import RunningGateway, mock_policy, start_gateway
 EXAMPLES = 30
 # Routes the generated `model` field can reach: the fuzzer picks strings, so most requests are
 # 404s; a share of them is steered to real routes/models so the upstream path is fuzzed too.
-REAL_MODELS = {"chat": "auto", "completions": "legacy", "embeddings": "embed"}
+REAL_MODELS = {"chat": "auto", "completions": "legacy", "embeddings": "embed", "responses": "auto"}
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,9 @@ def test_every_v1_operation_documents_its_body(api: Any) -> None:
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
-@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"])
+@pytest.mark.parametrize(
+    "path", ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/responses"]
+)
 def test_fuzz(api: Any, fuzz_gateway: RunningGateway, path: str, mode: GenerationMode) -> None:
     ops = [op for op in v1_operations(api) if op.path == path]
     assert ops, path

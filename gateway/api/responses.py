@@ -16,7 +16,7 @@ from gateway.api.state import wanted_headers
 from gateway.core.errors import BadRequestError
 from gateway.flow import responses as flow
 from gateway.flow.services import Services
-from gateway.protocols.openai_responses import ResponsesRequest
+from gateway.protocols.openai_responses_wire import ResponsesRequest
 
 router = APIRouter()
 JSON = "application/json"

@@ -1,19 +1,20 @@
-"""OpenAI Responses in (``POST /v1/responses``): wire validation, the translation of a
-Responses request into an OpenAI chat body (served by any route's providers through the chat
-path), and of a chat completion, or a stream of chat chunks, back into a Response object or
-the Responses stream events.
+"""OpenAI Responses in (``POST /v1/responses``; the wire models are in openai_responses_wire.py):
+the translation of a Responses request into an OpenAI chat body (served by any route's
+providers through the chat path), and of a chat completion, or a stream of chat chunks, back
+into a Response object or the Responses stream events.
 
 Translation decisions (Responses -> chat):
 - ``input`` (a string, or items) and the stored conversation before it become ``messages``:
   message items with ``input_text``/``output_text``/``input_image`` parts, ``function_call``
   items (assistant ``tool_calls``), ``function_call_output`` items (``tool`` messages).
   ``instructions`` is the first system message; ``developer`` messages are sent as system.
-- ``tools`` of type function -> chat function tools; ``tool_choice`` as chat spells it;
-  ``text.format`` json_schema/json_object -> ``response_format``; ``reasoning.effort`` ->
-  ``reasoning_effort``; ``max_output_tokens`` -> ``max_tokens``; ``temperature``, ``top_p``,
-  ``parallel_tool_calls``, ``user``, ``prompt_cache_key``, ``safety_identifier`` as they are.
+- ``tools`` of type function (and a ``namespace``'s function tools) -> chat tools;
+  ``tool_choice`` as chat spells it; ``text.format`` json_schema/json_object ->
+  ``response_format``; ``reasoning.effort`` -> ``reasoning_effort``; ``max_output_tokens`` ->
+  ``max_tokens``; ``temperature``, ``top_p``, ``parallel_tool_calls``, ``user``,
+  ``prompt_cache_key``, ``safety_identifier`` as they are.
 - Reasoning items of earlier turns have no place in chat: they are not sent, and named in the
-  reply header ``x-switchyard-dropped`` (as ``truncation`` and ``include`` are).
+  reply header ``x-switchyard-dropped`` (as ``truncation`` is; ``include`` is ignored).
 - Anything else that cannot be translated (built-in tools such as ``web_search``, file
   inputs, item references, ``background``, ``conversation``, ``prompt``) is a 400 naming the
   field, never a silent drop.
@@ -24,45 +25,17 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from gateway.core.errors import BadRequestError, SwitchyardError
 from gateway.core.types import Usage
+from gateway.protocols.openai_responses_wire import UNSUPPORTED
 
-Number = Annotated[float, Field(strict=False)]
 Item = dict[str, Any]
-_UNSUPPORTED = ("background", "conversation", "prompt")
 _DROPPED = ("truncation",)
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
-
-
-# ----------------------------------------------------------------------------- wire model
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class ResponsesRequest(_Open):
-    model: StrictStr
-    input: StrictStr | list[dict[str, Any]] | None = None
-    instructions: StrictStr | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: StrictStr | dict[str, Any] | None = None
-    stream: StrictBool | None = False
-    store: StrictBool | None = True
-    previous_response_id: StrictStr | None = None
-    max_output_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
-    temperature: Annotated[Number, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[Number, Field(ge=0, le=1)] | None = None
-    parallel_tool_calls: StrictBool | None = None
-    text: dict[str, Any] | None = None
-    reasoning: dict[str, Any] | None = None
-    metadata: dict[str, StrictStr] | None = None
-    include: list[StrictStr] | None = None
-    prompt_cache_key: StrictStr | None = None
-    user: StrictStr | None = None
 
 
 def new_id(prefix: str) -> str:
@@ -142,7 +115,7 @@ def to_chat(body: dict[str, Any], items: list[Item], offset: int = 0) -> tuple[d
     """A validated Responses body and the conversation's items (``offset`` stored history
     items, then this request's input) -> (an OpenAI chat body, the names of what was not
     sent). Errors name ``input[i]`` counted in the request's own input."""
-    for name in _UNSUPPORTED:
+    for name in UNSUPPORTED:
         if body.get(name) is not None:
             raise BadRequestError(f"'{name}' is not supported by this gateway", param=name)
     dropped = [name for name in _DROPPED if body.get(name) not in (None, "disabled")]
@@ -233,6 +206,8 @@ def _chat_part(part: Item, param: str) -> Item:
     kind = part.get("type")
     if kind in ("input_text", "output_text"):
         return {"type": "text", "text": str(part.get("text", ""))}
+    if kind == "refusal":
+        return {"type": "text", "text": str(part.get("refusal", ""))}
     if kind == "input_image" and isinstance(part.get("image_url"), str):
         image: Item = {"url": part["image_url"]}
         if part.get("detail") in ("low", "high", "auto"):
