@@ -195,3 +195,23 @@ def test_an_alias_to_nothing_is_a_policy_error(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as err:
         load_policy(path)
     assert ("aliases.claude-*", "unknown route or model 'nowhere'") in err.value.problems
+
+
+def test_golden_costs_for_each_outbound(gw: RunningGateway) -> None:
+    """Messages -> Anthropic (with a cache write, then a read) and Messages -> chat, priced to
+    the 1e-10 USD from the catalog of tests/gateway_harness.py (per 1M tokens)."""
+    system = [{"type": "text", "text": "stable system prompt " * 50, "cache_control": {"type": "ephemeral"}}]
+    c = client(gw)
+    for _ in range(2):
+        c.messages.create(model="claude-x", max_tokens=10, system=system, messages=HELLO)  # type: ignore[arg-type]
+    c.messages.create(model="small", max_tokens=10, messages=HELLO)
+    million = Decimal(1_000_000)
+    for row in rows(gw):
+        inp, out = row["input_tokens"], row["output_tokens"]
+        read, write = row["cached_tokens"] or 0, row["cache_write_tokens"] or 0
+        if row["provider"] == "mock-anthropic":  # input 3, cached 0.30, write 3.75, output 15
+            expected = (Decimal(inp - read - write) * 3 + Decimal(read) * Decimal("0.30")
+                        + Decimal(write) * Decimal("3.75") + Decimal(out) * 15) / million  # fmt: skip
+        else:  # small: input 0.15, output 0.60
+            expected = (Decimal(inp) * Decimal("0.15") + Decimal(out) * Decimal("0.60")) / million
+        assert Decimal(row["cost_usd"]) == expected.quantize(Decimal("1E-10")), row
