@@ -23,7 +23,7 @@ from gateway.config.settings import Settings
 from gateway.core.ports import ExactCache, Ledger, Provider, Tracer
 from gateway.flow.services import Services, TaskOwner
 from gateway.ledger.open import open_ledger
-from gateway.ledger.responses import SqliteResponseStore
+from gateway.ledger.responses import open_response_store
 from gateway.ledger.tokens import count_prompt_tokens
 from gateway.limits.gate import Limits, prompt_token_bound
 from gateway.limits.keys import KeyCache, KeyStoreBase
@@ -313,7 +313,7 @@ async def start(settings: Settings) -> Gateway:
         tasks=tasks,
         tracer=_tracer(settings, policy),
         secrets=_secrets(policy),
-        responses=SqliteResponseStore(settings.home / "responses.db"),
+        responses=open_response_store(settings.ledger_url, settings.home),
     )
     _warn_unconfigured(policy)
     gateway = Gateway(services, key_store)

@@ -260,3 +260,37 @@ def test_any_json_is_translated_or_refused_with_a_400(
         assert exc.param
         return
     assert chat["messages"]
+
+
+def test_postgres_store_is_per_tenant_and_expires() -> None:
+    from gateway.ledger.responses import PgResponseStore, open_response_store
+    from tests.pg_support import scratch_schema
+
+    with scratch_schema("responses") as url:
+        assert isinstance(open_response_store(url, Path("/nonexistent")), PgResponseStore)
+
+        async def run() -> None:
+            store = PgResponseStore(url)
+            await store.put(
+                "a", {"id": "resp_1", "created_at": 1, "output": [{"x": 1}]}, [{"id": "msg_1"}], []
+            )
+            await store.put(
+                "a", {"id": "resp_1", "created_at": 1, "output": [{"x": 2}]}, [{"id": "msg_1"}], []
+            )
+            got = await store.get("a", "resp_1")
+            assert (
+                got is not None
+                and got.response["output"] == [{"x": 2}]
+                and got.input_items == [{"id": "msg_1"}]
+            )
+            assert await store.get("b", "resp_1") is None
+            expired = PgResponseStore(url, ttl_s=-1)
+            await expired.put("a", {"id": "resp_2", "output": []}, [], [])
+            assert await expired.get("a", "resp_2") is None
+            assert await store.delete("b", "resp_1") is False
+            assert await store.delete("a", "resp_1") is True
+            assert await store.get("a", "resp_1") is None
+            store.close()
+            expired.close()
+
+        asyncio.run(run())
