@@ -434,7 +434,7 @@ def test_cli_policy_check_ok(tmp_path: Path) -> None:
 def test_cli_policy_check_default_policy_without_keys() -> None:
     proc = _cli("policy", "check", "policies/default.yaml")
     assert proc.returncode == 0, proc.stderr
-    assert "policies/default.yaml: ok (4 routes" in proc.stdout
+    assert "policies/default.yaml: ok (5 routes" in proc.stdout
     assert "anthropic, openai" in proc.stdout  # the note about providers without a key
 
 

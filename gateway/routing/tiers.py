@@ -83,11 +83,12 @@ def _build_quality(
         if ability is None:
             msg = f"model '{t.model}' has no ability: give models.{t.model}.ability or .mmlu_pro"
             raise PolicyError("policy", [(where, msg)])
-        plan = make_plan([t.model])
-        if not plan.targets:  # provider without a key: not a candidate
-            continue
-        price = plan.targets[0].price
-        cands.append(Candidate(t.model, ability, float(price.input), float(price.output)))
+        price = mp.price if mp else None
+        if price is not None:
+            cands.append(Candidate(t.model, ability, float(price.input), float(price.output)))
+    configured = [c for c in cands if make_plan([c.model]).targets]  # a provider without a key: skipped
+    if configured:  # else none is: the route answers 503 before any choice is made
+        cands = configured
     if not cands:
         return None
     by_ability = [c.model for c in sorted(cands, key=lambda c: -c.ability)]
