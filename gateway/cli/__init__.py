@@ -14,6 +14,7 @@ Every command's ``func`` takes the parsed ``args`` and returns the exit code."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
@@ -75,6 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:  # a misspelled or malformed SWITCHYARD_* variable
         print(f"switchyard: error: {exc.message}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `switchyard spend | head`: the reader left; no traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python flushes stdout once more at exit
+        return 0
     return result
 
 
