@@ -69,5 +69,8 @@ def create_app(settings: Settings | None = None) -> AdmissionGate:
     app.include_router(messages.router)
     app.include_router(responses.router)
     return AdmissionGate(
-        FastPath(app, {**HOT_ROUTES, **messages.HOT_ROUTES} if settings.fastpath else {}), app
+        FastPath(
+            app, {**HOT_ROUTES, **messages.HOT_ROUTES, **responses.HOT_ROUTES} if settings.fastpath else {}
+        ),
+        app,
     )

@@ -63,3 +63,6 @@ async def list_input_items(
         raise BadRequestError("'order' must be 'asc' or 'desc'", param="order")
     svc, tenant = _caller(request)
     return _json(await flow.list_input_items(svc, tenant, response_id, limit=limit, order=order, after=after))
+
+
+HOT_ROUTES = {("POST", "/v1/responses"): create_response}
