@@ -354,3 +354,21 @@ def test_reasoning_items_are_named_in_the_dropped_header(client: Client, gateway
         ],
     )
     assert raw.headers["x-switchyard-dropped"] == "reasoning"
+
+
+@pytest.mark.parametrize("model", ["small", "anthropic-first"])
+def test_streamed_and_not_streamed_cost_the_same(client: Client, gateway: RunningGateway, model: str) -> None:
+    c = client(gateway)
+    plain = c.responses.create(model=model, input="the same question", instructions="sys")
+    with c.responses.stream(model=model, input="the same question", instructions="sys") as stream:
+        for _ in stream:
+            pass
+        streamed = stream.get_final_response()
+    assert plain.usage is not None and streamed.usage is not None
+    assert (plain.usage.input_tokens, plain.usage.output_tokens) == (
+        streamed.usage.input_tokens,
+        streamed.usage.output_tokens,
+    )
+    rows = gateway.ledger_rows()
+    assert [r["stream"] for r in rows] == [0, 1]
+    assert rows[0]["cost_usd"] == rows[1]["cost_usd"] and Decimal(str(rows[0]["cost_usd"])) > 0
