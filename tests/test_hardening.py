@@ -394,3 +394,74 @@ def test_huge_limits_stored_by_another_path_do_not_break_observability(
     admin = {"authorization": f"Bearer {ADMIN_KEY}"}
     assert lgw.get("/admin/budgets", headers=admin).status_code == 200
     assert lgw.get("/metrics").status_code == 200
+
+
+# ----------------------------------------------------------------- class 6: CPU on the loop
+def test_stream_assembly_is_linear_in_the_chunks() -> None:
+    from gateway.cache.replay import StreamAssembler
+
+    def assemble(n: int) -> float:
+        asm = StreamAssembler()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            asm.add(chunk("0123456789"))
+        asm.add(
+            {
+                "choices": [
+                    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}}
+                ]
+            }
+        )
+        assert len(asm.completion()["choices"][0]["message"]["content"]) == 10 * n
+        return time.perf_counter() - t0
+
+    small, big = assemble(20_000), assemble(160_000)
+    assert big < 2.0, big  # quadratic concatenation: ~10 GB copied, many seconds
+    assert big < 8 * 3 * small + 0.2, (small, big)
+
+
+def _healthz_stalls(gw: RunningGateway, work: Any) -> tuple[float, Any]:
+    """Run ``work()`` while polling /healthz; (the slowest /healthz answer in s, its result)."""
+    import threading
+
+    worst = 0.0
+    done = threading.Event()
+
+    def poll() -> None:
+        nonlocal worst
+        with httpx.Client(timeout=30) as c:
+            while not done.is_set():
+                t0 = time.perf_counter()
+                c.get(gw.url + "/healthz")
+                worst = max(worst, time.perf_counter() - t0)
+                time.sleep(0.005)
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    try:
+        time.sleep(0.1)
+        result = work()
+    finally:
+        done.set()
+        thread.join()
+    return worst, result
+
+
+@pytest.mark.parametrize("size_mb", [2, 6])
+def test_a_huge_prompt_does_not_stall_the_loop(tmp_path: Path, liar: LyingUpstream, size_mb: int) -> None:
+    liar.json = chat_body("ok", usage=None)  # no usage: the gateway counts the prompt itself
+    gw = start_gateway(tmp_path, lying_policy(liar.base_url).replace("daily_usd: 1}", "daily_usd: 100}"))
+    try:
+        from gateway.ledger.tokens import count_text
+
+        count_text("warm", "lying-model")  # the encoding loads once per process (not measured)
+        big = "x" * (size_mb * 1024 * 1024)  # no spaces: the tokenizer's worst case
+        body = {"model": "lie", "messages": [{"role": "user", "content": big}], "max_tokens": 8}
+        worst, r = _healthz_stalls(gw, lambda: gw.post(CHAT, body, tenant="capped"))
+        assert r.status_code == 200, r.text
+        row = next(x for x in gw.ledger_rows() if x["tenant"] == "capped")
+        assert row["usage_estimated"] and row["input_tokens"] > 100_000
+        print(f"{size_mb} MB prompt: slowest /healthz {worst * 1000:.0f} ms")
+        assert worst < 0.3, worst
+    finally:
+        gw.stop()

@@ -6,8 +6,35 @@ from __future__ import annotations
 from typing import Any
 
 
+class _Call:
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.name: list[str] = []
+        self.arguments: list[str] = []
+
+    def as_dict(self) -> dict[str, Any]:
+        fn = {"name": "".join(self.name), "arguments": "".join(self.arguments)}
+        return {"id": self.id, "type": "function", "function": fn}
+
+
+class _Choice:
+    __slots__ = ("content", "finish_reason", "refusal", "role", "tool_calls")
+
+    def __init__(self) -> None:
+        self.role = "assistant"
+        self.content: list[str] = []
+        self.refusal: list[str] = []
+        self.tool_calls: dict[int, _Call] = {}
+        self.finish_reason: str | None = None
+
+
 class StreamAssembler:
-    """Accumulates OpenAI chat.completion.chunk dicts into a chat.completion dict."""
+    """Accumulates OpenAI chat.completion.chunk dicts into a chat.completion dict.
+
+    Linear in the stream: the pieces of each text are collected in lists and joined once, in
+    ``completion`` (string concatenation per chunk is quadratic in the number of chunks)."""
 
     def __init__(self) -> None:
         self.id: str | None = None
@@ -15,7 +42,7 @@ class StreamAssembler:
         self.created: int | None = None
         self.usage: dict[str, Any] | None = None
         self.system_fingerprint: str | None = None
-        self._choices: dict[int, dict[str, Any]] = {}
+        self._choices: dict[int, _Choice] = {}
         self.content_chars = 0
 
     def add(self, chunk: dict[str, Any]) -> None:
@@ -27,54 +54,46 @@ class StreamAssembler:
             self.usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
             idx = choice.get("index", 0)
-            acc = self._choices.setdefault(
-                idx,
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": {},
-                    "finish_reason": None,
-                    "refusal": None,
-                },
-            )
+            acc = self._choices.get(idx)
+            if acc is None:
+                acc = self._choices[idx] = _Choice()
             delta = choice.get("delta") or {}
             if delta.get("role"):
-                acc["role"] = delta["role"]
+                acc.role = delta["role"]
             piece = delta.get("content")
             if piece:
-                acc["content"] = (acc["content"] or "") + piece
+                acc.content.append(piece)
                 self.content_chars += len(piece)
             if delta.get("refusal"):
-                acc["refusal"] = (acc["refusal"] or "") + delta["refusal"]
+                acc.refusal.append(delta["refusal"])
             for call in delta.get("tool_calls") or ():
-                slot = acc["tool_calls"].setdefault(
-                    call.get("index", 0),
-                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-                )
+                slot = acc.tool_calls.get(call.get("index", 0))
+                if slot is None:
+                    slot = acc.tool_calls[call.get("index", 0)] = _Call()
                 if call.get("id"):
-                    slot["id"] = call["id"]
+                    slot.id = call["id"]
                 fn = call.get("function") or {}
                 if fn.get("name"):
-                    slot["function"]["name"] += fn["name"]
+                    slot.name.append(fn["name"])
                 if fn.get("arguments"):
-                    slot["function"]["arguments"] += fn["arguments"]
+                    slot.arguments.append(fn["arguments"])
                     self.content_chars += len(fn["arguments"])
             if choice.get("finish_reason"):
-                acc["finish_reason"] = choice["finish_reason"]
+                acc.finish_reason = choice["finish_reason"]
 
     def completion(self) -> dict[str, Any]:
         choices = []
         for idx in sorted(self._choices):
             acc = self._choices[idx]
             message: dict[str, Any] = {
-                "role": acc["role"],
-                "content": acc["content"],
-                "refusal": acc["refusal"],
+                "role": acc.role,
+                "content": "".join(acc.content) if acc.content else None,
+                "refusal": "".join(acc.refusal) if acc.refusal else None,
             }
-            if acc["tool_calls"]:
-                message["tool_calls"] = [acc["tool_calls"][i] for i in sorted(acc["tool_calls"])]
+            if acc.tool_calls:
+                message["tool_calls"] = [acc.tool_calls[i].as_dict() for i in sorted(acc.tool_calls)]
             choices.append(
-                {"index": idx, "message": message, "finish_reason": acc["finish_reason"], "logprobs": None}
+                {"index": idx, "message": message, "finish_reason": acc.finish_reason, "logprobs": None}
             )
         out: dict[str, Any] = {
             "id": self.id or "chatcmpl-switchyard",

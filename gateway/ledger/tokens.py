@@ -110,27 +110,43 @@ def encoding_for(model: str) -> tiktoken.Encoding:
     return get_encoding(encoding_name(model))
 
 
+EXACT_CHARS = 64 * 1024  # a text counted exactly up to here; past it, its head's rate is extrapolated
+_PIECE = 1024  # texts are encoded in pieces: BPE is quadratic in the length of one unbroken word
+
+
+def _count(enc: tiktoken.Encoding, text: str) -> int:
+    """Tokens of ``text``, bounded in CPU: a long text is encoded in 1 KiB pieces (one more
+    token per cut at most), and only its first EXACT_CHARS; the rest at the same rate."""
+    if len(text) <= _PIECE:
+        return len(enc.encode_ordinary(text))
+    head = text[:EXACT_CHARS]
+    n = sum(len(enc.encode_ordinary(head[i : i + _PIECE])) for i in range(0, len(head), _PIECE))
+    if len(text) > len(head):
+        n = -(-n * len(text) // len(head))  # ceil
+    return n
+
+
 def count_text(text: str, model: str) -> int:
-    return len(encoding_for(model).encode_ordinary(text)) if text else 0
+    return _count(encoding_for(model), text) if text else 0
 
 
 def _content_tokens(content: Any, enc: tiktoken.Encoding) -> int:
     if isinstance(content, str):
-        return len(enc.encode_ordinary(content))
+        return _count(enc, content)
     if isinstance(content, list):
         total = 0
         for part in content:
             if isinstance(part, str):
-                total += len(enc.encode_ordinary(part))
+                total += _count(enc, part)
             elif isinstance(part, dict):
                 if isinstance(part.get("text"), str):
-                    total += len(enc.encode_ordinary(part["text"]))
+                    total += _count(enc, part["text"])
                 elif part.get("type") in ("image_url", "input_image", "image"):
                     total += IMAGE_PART_TOKENS
         return total
     if content is None:
         return 0
-    return len(enc.encode_ordinary(orjson.dumps(content).decode()))
+    return _count(enc, orjson.dumps(content).decode())
 
 
 def _message_tokens(msg: Any, enc: tiktoken.Encoding) -> int:
@@ -144,10 +160,10 @@ def _message_tokens(msg: Any, enc: tiktoken.Encoding) -> int:
             for call in value:
                 fn = call.get("function") if isinstance(call, dict) else None
                 if isinstance(fn, dict):
-                    total += len(enc.encode_ordinary(str(fn.get("name") or "")))
-                    total += len(enc.encode_ordinary(str(fn.get("arguments") or "")))
+                    total += _count(enc, str(fn.get("name") or ""))
+                    total += _count(enc, str(fn.get("arguments") or ""))
         elif isinstance(value, str):
-            total += len(enc.encode_ordinary(value))
+            total += _count(enc, value)
             if key == "name":
                 total += TOKENS_PER_NAME
     return total
@@ -162,10 +178,10 @@ def count_prompt_tokens(body: dict[str, Any], model: str) -> int:
         total = REPLY_PRIMING + sum(_message_tokens(m, enc) for m in messages)
         for extra in ("tools", "functions"):
             if body.get(extra):
-                total += len(enc.encode_ordinary(orjson.dumps(body[extra]).decode()))
+                total += _count(enc, orjson.dumps(body[extra]).decode())
         schema = body.get("response_format")
         if isinstance(schema, dict) and "json_schema" in schema:
-            total += len(enc.encode_ordinary(orjson.dumps(schema["json_schema"]).decode()))
+            total += _count(enc, orjson.dumps(schema["json_schema"]).decode())
         return total
     prompt = body.get("prompt", body.get("input"))
     return _inputs_tokens(prompt, enc)
@@ -173,7 +189,7 @@ def count_prompt_tokens(body: dict[str, Any], model: str) -> int:
 
 def _inputs_tokens(value: Any, enc: tiktoken.Encoding) -> int:
     if isinstance(value, str):
-        return len(enc.encode_ordinary(value))
+        return _count(enc, value)
     if isinstance(value, list):
         if value and all(isinstance(v, int) for v in value):
             return len(value)  # already tokens
@@ -190,7 +206,7 @@ def count_completion_tokens(completion: dict[str, Any], model: str) -> int:
         if not isinstance(choice, dict):
             continue
         if isinstance(choice.get("text"), str):
-            total += len(enc.encode_ordinary(choice["text"]))
+            total += _count(enc, choice["text"])
         msg = choice.get("message")
         if isinstance(msg, dict):
             for key in ("content", "refusal", "reasoning_content"):
@@ -198,6 +214,6 @@ def count_completion_tokens(completion: dict[str, Any], model: str) -> int:
             for call in msg.get("tool_calls") or ():
                 fn = call.get("function") if isinstance(call, dict) else None
                 if isinstance(fn, dict):
-                    total += len(enc.encode_ordinary(str(fn.get("name") or "")))
-                    total += len(enc.encode_ordinary(str(fn.get("arguments") or "")))
+                    total += _count(enc, str(fn.get("name") or ""))
+                    total += _count(enc, str(fn.get("arguments") or ""))
     return total

@@ -42,6 +42,9 @@ from gateway.limits.redis_store import RedisStore
 
 log = logging.getLogger("switchyard")
 KEY_LIMITS_TTL_S: Final = 5.0
+# Prompts larger than this (JSON bytes) reserve their byte bound instead of a tokenizer count:
+# tokenizing megabytes on the event loop would stall every other request.
+EXACT_PROMPT_BYTES: Final = 64 * 1024
 NO_LIMITS: Final = KeyLimits()
 
 
@@ -189,7 +192,9 @@ class Limits:
             if not lines:
                 return index, None
             if prompt is None:
-                prompt = self._prompt_tokens(body, cand.model)
+                prompt = prompt_token_bound(body)  # an upper bound, cheap at any size
+                if prompt <= EXACT_PROMPT_BYTES:  # small enough to tokenize on the loop
+                    prompt = self._prompt_tokens(body, cand.model)
             max_out = (requested_max_output(body) or cand.max_output_tokens) * output_multiplier(body)
             amount = cand.worst_case(prompt, max_out)
             refusal, remote = await self._reserve(lines, amount)
