@@ -17,7 +17,8 @@ from pydantic import TypeAdapter
 from gateway.core.errors import BadRequestError, StreamBrokenError
 from gateway.core.types import Usage
 from gateway.ledger.responses import SqliteResponseStore
-from gateway.protocols.openai_responses import EventEncoder, from_chat, input_items, skeleton, to_chat
+from gateway.protocols.openai_responses import from_chat, input_items, skeleton, to_chat
+from gateway.protocols.openai_responses_events import EventEncoder
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 
@@ -294,3 +295,26 @@ def test_postgres_store_is_per_tenant_and_expires() -> None:
             expired.close()
 
         asyncio.run(run())
+
+
+def test_upstream_reasoning_becomes_a_reasoning_item() -> None:
+    completion = {
+        "choices": [{"finish_reason": "stop", "message": {"reasoning_content": "think", "content": "ok"}}]
+    }
+    resp = Response.model_validate(
+        from_chat({"model": "m"}, completion, "resp_1", 1, Usage(1, 2, reasoning_tokens=1))
+    )
+    assert [o.type for o in resp.output] == ["reasoning", "message"] and resp.output_text == "ok"
+    assert resp.output[0].content[0].text == "think"  # type: ignore[union-attr,index]
+    enc = EventEncoder(skeleton({"model": "m"}, "resp_2", 1))
+    events = list(enc.start())
+    events += enc.add(_chunk({"reasoning": "th"}))
+    events += enc.add(_chunk({"reasoning": "ink"}))
+    events += enc.add(_chunk({"content": "ok"}, "stop"))
+    events += enc.finish(Usage(1, 2))
+    for e in events:
+        EVENTS.validate_python(e)
+    kinds = [e["type"] for e in events]
+    assert kinds.index("response.reasoning_text.done") < kinds.index("response.content_part.added")
+    final = Response.model_validate(events[-1]["response"])
+    assert final.output[0].type == "reasoning" and final.output[0].content[0].text == "think"  # type: ignore[union-attr,index]

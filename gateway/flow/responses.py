@@ -39,16 +39,8 @@ from gateway.flow.reply import Reply, headers
 from gateway.flow.services import Services
 from gateway.flow.stream import YIELD_EVERY
 from gateway.flow.upstream import attempt, estimate
-from gateway.protocols.openai_responses import (
-    EventEncoder,
-    Item,
-    frame,
-    from_chat,
-    input_items,
-    new_id,
-    skeleton,
-    to_chat,
-)
+from gateway.protocols.openai_responses import Item, from_chat, input_items, new_id, skeleton, to_chat
+from gateway.protocols.openai_responses_events import EventEncoder, frame
 from gateway.routing.params import apply_params
 from gateway.routing.plan import RoutePlan
 

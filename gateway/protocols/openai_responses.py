@@ -1,7 +1,7 @@
 """OpenAI Responses in (``POST /v1/responses``; the wire models are in openai_responses_wire.py):
 the translation of a Responses request into an OpenAI chat body (served by any route's
 providers through the chat path), and of a chat completion, or a stream of chat chunks, back
-into a Response object or the Responses stream events.
+into a Response object (the stream events are in openai_responses_events.py).
 
 Translation decisions (Responses -> chat):
 - ``input`` (a string, or items) and the stored conversation before it become ``messages``:
@@ -23,13 +23,9 @@ Translation decisions (Responses -> chat):
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Iterator
 from typing import Any
 
-import orjson
-
-from gateway.core.errors import BadRequestError, SwitchyardError
+from gateway.core.errors import BadRequestError
 from gateway.core.types import Usage
 from gateway.protocols.openai_responses_wire import UNSUPPORTED
 
@@ -59,7 +55,7 @@ def input_items(body: dict[str, Any]) -> list[Item]:
             content = item.get("content")
             if isinstance(content, str):
                 part = "output_text" if item.get("role") == "assistant" else "input_text"
-                content = [_text_part(part, content)]
+                content = [text_part(part, content)]
             msg = {**item, "type": "message", "content": content, "id": item.get("id") or new_id("msg")}
             out.append({"status": "completed", **msg})
         elif kind in ("function_call", "function_call_output", "reasoning"):
@@ -99,7 +95,7 @@ def _check_item(item: Item, kind: Any, param: str) -> None:
             raise _bad(f"{param}.{key}", "expected an array of content parts (objects)")
 
 
-def _text_part(kind: str, text: str) -> Item:
+def text_part(kind: str, text: str) -> Item:
     return (
         {"type": kind, "text": text, "annotations": []}
         if kind == "output_text"
@@ -335,30 +331,41 @@ def finished(response: Item, output: list[Item], finish: str | None, usage: Usag
     }
 
 
+def reasoning_item(text: str, status: str = "completed") -> Item:
+    content = [{"type": "reasoning_text", "text": text}]
+    return {"type": "reasoning", "id": new_id("rs"), "summary": [], "content": content, "status": status}
+
+
 def output_items(message: dict[str, Any], ns: dict[str, str] | None = None) -> list[Item]:
-    """A chat ``message`` -> the Response's output items (a message item, function calls)."""
+    """A chat ``message`` -> the Response's output items (the upstream's reasoning text, a
+    message item, function calls)."""
     out: list[Item] = []
+    thought = message.get("reasoning_content") or message.get("reasoning")
+    if isinstance(thought, str) and thought:
+        out.append(reasoning_item(thought))
     parts: list[Item] = []
     if message.get("content"):
-        parts.append(_text_part("output_text", str(message["content"])))
+        parts.append(text_part("output_text", str(message["content"])))
     if message.get("refusal"):
         parts.append({"type": "refusal", "refusal": str(message["refusal"])})
     if parts:
         out.append({**_message("assistant", parts)})
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
-        item = _function_call(str(call.get("id") or new_id("call")), str(fn.get("name")), fn.get("arguments"))
-        out.append(_in_namespace(item, ns or {}))
+        item = function_call_item(
+            str(call.get("id") or new_id("call")), str(fn.get("name")), fn.get("arguments")
+        )
+        out.append(in_namespace(item, ns or {}))
     return out
 
 
-def _in_namespace(item: Item, ns: dict[str, str]) -> Item:
+def in_namespace(item: Item, ns: dict[str, str]) -> Item:
     if item["name"] in ns:
         item["namespace"] = ns[item["name"]]
     return item
 
 
-def _function_call(call_id: str, name: str, arguments: Any, status: str = "completed") -> Item:
+def function_call_item(call_id: str, name: str, arguments: Any, status: str = "completed") -> Item:
     args = arguments if isinstance(arguments, str) else ""
     return {
         "type": "function_call",
@@ -377,146 +384,3 @@ def from_chat(
     choice = choices[0]
     output = output_items(choice.get("message") or {}, namespaces(body.get("tools")))
     return finished(skeleton(body, rid, created_at), output, choice.get("finish_reason"), usage)
-
-
-# ----------------------------------------------------------------------------- stream events
-def frame(event: Item) -> bytes:
-    return b"event: " + str(event["type"]).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
-
-
-class EventEncoder:
-    """Chat chunks in, Responses stream events out: ``start`` (created, in_progress), ``add``
-    per chunk (items opened, text and argument deltas), ``finish`` (items closed, completed),
-    ``error`` (the stream broke)."""
-
-    def __init__(self, response: Item) -> None:
-        self.response = response
-        self.seq = 0
-        self.output: list[Item] = []
-        self._text: Item | None = None  # the open message item
-        self._text_index = 0
-        self._calls: dict[int, int] = {}  # chat tool-call index -> output index
-        self._open_calls: list[int] = []
-        self.finish_reason: str | None = None
-        self._ns = namespaces(response.get("tools"))
-
-    def _ev(self, kind: str, **fields: Any) -> Item:
-        event = {"type": kind, "sequence_number": self.seq, **fields}
-        self.seq += 1
-        return event
-
-    def start(self) -> Iterator[Item]:
-        yield self._ev("response.created", response=self.response)
-        yield self._ev("response.in_progress", response=self.response)
-
-    def add(self, chunk: dict[str, Any]) -> Iterator[Item]:
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                yield from self._text_delta(str(delta["content"]))
-            for call in delta.get("tool_calls") or []:
-                yield from self._call_delta(call)
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
-
-    def _text_delta(self, text: str) -> Iterator[Item]:
-        if self._text is None:
-            self._text = {
-                "type": "message",
-                "id": new_id("msg"),
-                "role": "assistant",
-                "status": "in_progress",
-                "content": [],
-            }
-            self._text_index = len(self.output)
-            self.output.append(self._text)
-            yield self._ev(
-                "response.output_item.added", output_index=self._text_index, item=dict(self._text, content=[])
-            )
-            part = _text_part("output_text", "")
-            yield self._ev(
-                "response.content_part.added",
-                item_id=self._text["id"],
-                output_index=self._text_index,
-                content_index=0,
-                part=part,
-            )
-            self._text["content"] = [part]
-        self._text["content"][0]["text"] += text
-        yield self._ev(
-            "response.output_text.delta",
-            item_id=self._text["id"],
-            output_index=self._text_index,
-            content_index=0,
-            delta=text,
-            logprobs=[],
-        )
-
-    def _call_delta(self, call: dict[str, Any]) -> Iterator[Item]:
-        index = call.get("index", 0)
-        fn = call.get("function") or {}
-        if index not in self._calls:
-            item = _function_call(
-                str(call.get("id") or new_id("call")), str(fn.get("name") or ""), "", "in_progress"
-            )
-            _in_namespace(item, self._ns)
-            self._calls[index] = len(self.output)
-            self._open_calls.append(len(self.output))
-            self.output.append(item)
-            yield self._ev("response.output_item.added", output_index=self._calls[index], item=dict(item))
-        out_index = self._calls[index]
-        item = self.output[out_index]
-        if fn.get("name") and not item["name"]:
-            item["name"] = fn["name"]
-        if fn.get("arguments"):
-            item["arguments"] += fn["arguments"]
-            yield self._ev(
-                "response.function_call_arguments.delta",
-                item_id=item["id"],
-                output_index=out_index,
-                delta=fn["arguments"],
-            )
-
-    def finish(self, usage: Usage) -> Iterator[Item]:
-        if self._text is not None:
-            item, index = self._text, self._text_index
-            part = item["content"][0]
-            yield self._ev(
-                "response.output_text.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                text=part["text"],
-                logprobs=[],
-            )
-            yield self._ev(
-                "response.content_part.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                part=part,
-            )
-            item["status"] = "completed"
-            yield self._ev("response.output_item.done", output_index=index, item=item)
-        for index in self._open_calls:
-            item = _in_namespace(self.output[index], self._ns)
-            yield self._ev(
-                "response.function_call_arguments.done",
-                item_id=item["id"],
-                output_index=index,
-                arguments=item["arguments"],
-            )
-            item["status"] = "completed"
-            yield self._ev("response.output_item.done", output_index=index, item=item)
-        self.response = finished(self.response, self.output, self.finish_reason, usage)
-        kind = "response.completed" if self.response["status"] == "completed" else "response.incomplete"
-        yield self._ev(kind, response=self.response)
-
-    def error(self, exc: SwitchyardError) -> Item:
-        return self._ev("error", code=exc.code, message=exc.message, param=exc.param)
-
-
-def created_now() -> int:
-    return int(time.time())
