@@ -465,3 +465,25 @@ def test_a_huge_prompt_does_not_stall_the_loop(tmp_path: Path, liar: LyingUpstre
         assert worst < 0.3, worst
     finally:
         gw.stop()
+
+
+def test_the_semantic_layer_does_not_embed_or_store_a_huge_prompt() -> None:
+    from gateway.cache.semantic_layer import MAX_TEXT_CHARS, SemanticLayer
+    from gateway.config.policy import Policy
+    from gateway.flow.services import TaskOwner
+
+    class NoEmbedder:
+        async def embed(self, text: str) -> Any:
+            raise AssertionError("a huge prompt was embedded")
+
+    layer = SemanticLayer(spawn=TaskOwner().spawn)
+    layer._embedder = NoEmbedder()  # type: ignore[assignment]
+    policy = Policy.model_validate(
+        {
+            "providers": {"p": {"type": "openai", "base_url": "http://x/v1", "api_key": "k"}},
+            "models": {"m": {"provider": "p", "upstream": "m", "price": {"input": 1, "output": 1}}},
+            "routes": {"r": {"targets": ["m"], "semantic_cache": {"enabled": True}}},
+        }
+    )
+    body = {"model": "r", "messages": [{"role": "user", "content": "y" * (MAX_TEXT_CHARS + 1)}]}
+    assert asyncio.run(layer.lookup(policy, "r", "t", body)) is None

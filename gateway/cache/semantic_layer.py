@@ -37,6 +37,11 @@ class SemanticResult:
     seconds: float
 
 
+# The longest lookup text the semantic cache embeds and stores (an embedder reads a few hundred
+# tokens anyway); a longer last user message skips the semantic cache, lookup and store alike.
+MAX_TEXT_CHARS = 16 * 1024
+
+
 class SemanticLayer:
     def __init__(
         self,
@@ -133,8 +138,8 @@ class SemanticLayer:
         """Embed the last user message and look it up; None when the request has no text to key on."""
         cfg = policy.routes[route].semantic_cache
         key = semantic_key(tenant, route, body)
-        if key is None:
-            return None
+        if key is None or len(key.text) > MAX_TEXT_CHARS:
+            return None  # a huge prompt is neither embedded (CPU) nor stored (memory)
         started = time.perf_counter()
         emb = await self.embedder()
         vector = await emb.embed(key.text)
