@@ -372,3 +372,36 @@ def test_streamed_and_not_streamed_cost_the_same(client: Client, gateway: Runnin
     rows = gateway.ledger_rows()
     assert [r["stream"] for r in rows] == [0, 1]
     assert rows[0]["cost_usd"] == rows[1]["cost_usd"] and Decimal(str(rows[0]["cost_usd"])) > 0
+
+
+def test_client_leaving_mid_stream_leaves_a_499_row_and_stores_nothing(
+    client: Client, gateway: RunningGateway, mock: MockUpstream
+) -> None:
+    import time
+
+    import httpx2 as httpx
+
+    mock.configure(itl_ms=200, tokens=50)
+    body = {"model": "small", "input": "a long answer", "stream": True}
+    with (
+        httpx.Client(timeout=10) as http,
+        http.stream("POST", gateway.base_url + "/responses", json=body, headers=gateway.headers()) as resp,
+    ):
+        seen = 0
+        for line in resp.iter_lines():
+            seen += line.startswith("data: ")
+            if seen >= 5:
+                break
+    deadline = time.monotonic() + 5
+    rows: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and not rows:
+        rows = gateway.ledger_rows()
+        time.sleep(0.05)
+    assert rows and (rows[-1]["status"], rows[-1]["http_status"], rows[-1]["endpoint"]) == (
+        "client_disconnected",
+        499,
+        "responses",
+    )
+    assert 0 < int(rows[-1]["output_tokens"]) < 50
+    store = gateway.app_state.services.responses
+    assert store._conn.execute("SELECT count(*) FROM responses").fetchone()[0] == 0
