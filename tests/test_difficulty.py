@@ -353,3 +353,58 @@ def test_shipped_difficulty_orders_mmlu_pro_models_by_accuracy() -> None:
     pairs = [(v["accuracy"], dm.ability(k)) for k, v in meta.items() if dm.ability(k) is not None]
     acc, ab = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs], dtype=np.float64)
     assert len(pairs) >= 20 and float(np.corrcoef(acc, ab)[0, 1]) > 0.9
+
+
+def test_cheapest_route_through_the_gateway(
+    tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `select: cheapest` route on a real gateway: the easy prompt goes to the cheap model, the
+    hard one to the strong model; the ledger records the chosen model and the difficulty."""
+    from load_tests.mock_upstream import MockUpstream
+    from tests.gateway_harness import start_gateway
+
+    easy = "What is the capital of France?"
+    hard = (
+        "Let G be a finite group of order 2p where p is an odd prime. Prove that G has a normal subgroup "
+        "of order p and determine all possible isomorphism classes of G, with a full derivation."
+    )
+    dm = DifficultyModel.load()
+    d_easy, d_hard = dm.difficulty_batch(embedder.encode([easy, hard]), [easy, hard])
+    assert d_easy < d_hard
+    a_small = float((d_easy + d_hard) / 2 + np.log(0.95 / 0.05))  # 95% of ~1 only below the midpoint
+    monkeypatch.setenv("SWITCHYARD_EMBEDDER", "torch")
+    with MockUpstream(ttft_ms=0, itl_ms=0, tokens=8) as mock:
+        gw = start_gateway(
+            tmp_path,
+            f"""
+server: {{auth: keys}}
+providers:
+  mock: {{type: openai, base_url: "{mock.base_url}/v1", api_key: sk-upstream-0123456789}}
+models:
+  small: {{provider: mock, upstream: mock-small, price: {{input: 0.15, output: 0.60}}, ability: {a_small}}}
+  large: {{provider: mock, upstream: mock-large, price: {{input: 2.50, output: 10.00}}, ability: 12.0}}
+routes:
+  auto:
+    targets: [large, small]
+    classifier: {{select: cheapest, quality_target: 0.95}}
+    cache: {{mode: "off"}}
+""",
+        )
+        try:
+            r_easy = gw.post(
+                "/v1/chat/completions", {"model": "auto", "messages": [{"role": "user", "content": easy}]}
+            )
+            r_hard = gw.post(
+                "/v1/chat/completions", {"model": "auto", "messages": [{"role": "user", "content": hard}]}
+            )
+            assert r_easy.status_code == r_hard.status_code == 200
+            assert r_easy.headers["x-switchyard-model"] == "small"
+            assert r_hard.headers["x-switchyard-model"] == "large"
+            rows = {r["request_id"]: r for r in gw.ledger_rows()}
+            row = rows[r_easy.headers["x-request-id"]]
+            assert row["route_decision"] == "small" and row["classifier_score"] == pytest.approx(
+                d_easy, abs=1e-3
+            )
+            assert rows[r_hard.headers["x-request-id"]]["route_decision"] == "large"
+        finally:
+            gw.stop()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -139,8 +138,3 @@ def choose(preds: list[Prediction], quality_target: float) -> Prediction:
     best = max(p.quality for p in preds)
     ok = [p for p in preds if p.quality >= quality_target * best - 1e-12]
     return min(ok, key=lambda p: (p.cost, -p.quality))
-
-
-def expected_cost(price: Mapping[str, float], input_tokens: float, output_tokens: float) -> float:
-    """USD of one request from prices per 1M tokens (``input``, ``output``)."""
-    return (input_tokens * price["input"] + output_tokens * price["output"]) / 1e6
