@@ -404,4 +404,21 @@ def test_client_leaving_mid_stream_leaves_a_499_row_and_stores_nothing(
     )
     assert 0 < int(rows[-1]["output_tokens"]) < 50
     store = gateway.app_state.services.responses
-    assert store._conn.execute("SELECT count(*) FROM responses").fetchone()[0] == 0
+    assert store._conn.execute("SELECT count(*) FROM stored_responses").fetchone()[0] == 0
+
+
+def test_a_chain_of_turns_and_a_broken_chain(
+    client: Client, gateway: RunningGateway, mock: MockUpstream
+) -> None:
+    c = client(gateway)
+    one = c.responses.create(model="small", input="turn one")
+    two = c.responses.create(model="small", input="turn two", previous_response_id=one.id)
+    three = c.responses.create(model="small", input="turn three", previous_response_id=two.id)
+    c.responses.create(model="small", input="turn four", previous_response_id=three.id)
+    texts = [m["content"] for m in chat_sent(mock)["messages"]]
+    assert texts[::2] == ["turn one", "turn two", "turn three", "turn four"] and len(texts) == 7
+    c.responses.delete(two.id)
+    assert c.responses.retrieve(three.id).id == three.id  # still stored...
+    with pytest.raises(openai.NotFoundError) as err:  # ...but its conversation cannot go on
+        c.responses.create(model="small", input="turn five", previous_response_id=three.id)
+    assert err.value.body["param"] == "previous_response_id"  # type: ignore[index]

@@ -152,23 +152,37 @@ def test_encoder_events_validate_text_then_tools() -> None:
     assert EVENTS.validate_python(error).type == "error"
 
 
-def test_store_is_per_tenant_and_expires(tmp_path: Path) -> None:
-    async def run() -> None:
-        store = SqliteResponseStore(tmp_path / "r.db", ttl_s=3600)
-        await store.put("a", {"id": "resp_1", "created_at": 1, "output": []}, [{"id": "msg_1"}], [])
-        got = await store.get("a", "resp_1")
-        assert got is not None and got.input_items == [{"id": "msg_1"}]
-        assert await store.get("b", "resp_1") is None
-        assert await store.delete("b", "resp_1") is False
-        expired = SqliteResponseStore(tmp_path / "r.db", ttl_s=-1)
-        await expired.put("a", {"id": "resp_2", "output": []}, [], [])
-        assert await expired.get("a", "resp_2") is None
-        assert await store.delete("a", "resp_1") is True
-        assert await store.get("a", "resp_1") is None
-        store.close()
-        expired.close()
+async def _exercise_store(store: Any, expired: Any) -> None:
+    await store.put("a", {"id": "resp_1", "created_at": 1, "output": [{"o": 1}]}, [{"i": 1}], None)
+    await store.put("a", {"id": "resp_1", "created_at": 1, "output": [{"o": 1}]}, [{"i": 1}], None)  # upsert
+    await store.put("a", {"id": "resp_2", "output": [{"o": 2}]}, [{"i": 2}], "resp_1")
+    await store.put("a", {"id": "resp_3", "output": [{"o": 3}]}, [{"i": 3}], "resp_2")
+    got = await store.get("a", "resp_2")
+    assert got is not None and got.input_items == [{"i": 2}] and got.response["output"] == [{"o": 2}]
+    assert await store.conversation("a", "resp_3") == [
+        {"i": 1},
+        {"o": 1},
+        {"i": 2},
+        {"o": 2},
+        {"i": 3},
+        {"o": 3},
+    ]
+    assert await store.get("b", "resp_1") is None and await store.conversation("b", "resp_3") is None
+    assert await store.delete("b", "resp_1") is False
+    await expired.put("a", {"id": "resp_x", "output": []}, [], None)
+    assert await expired.get("a", "resp_x") is None
+    assert await store.delete("a", "resp_2") is True
+    assert await store.get("a", "resp_2") is None
+    assert await store.get("a", "resp_3") is not None  # still readable...
+    assert await store.conversation("a", "resp_3") is None  # ...but its chain is broken
+    assert await store.conversation("a", "resp_1") == [{"i": 1}, {"o": 1}]
+    store.close()
+    expired.close()
 
-    asyncio.run(run())
+
+def test_store_is_per_tenant_chains_and_expires(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    asyncio.run(_exercise_store(SqliteResponseStore(path), SqliteResponseStore(path, ttl_s=-1)))
 
 
 def test_namespace_tools_are_flattened_and_calls_name_their_namespace() -> None:
@@ -263,38 +277,13 @@ def test_any_json_is_translated_or_refused_with_a_400(
     assert chat["messages"]
 
 
-def test_postgres_store_is_per_tenant_and_expires() -> None:
+def test_postgres_store_is_per_tenant_chains_and_expires() -> None:
     from gateway.ledger.responses import PgResponseStore, open_response_store
     from tests.pg_support import scratch_schema
 
     with scratch_schema("responses") as url:
         assert isinstance(open_response_store(url, Path("/nonexistent")), PgResponseStore)
-
-        async def run() -> None:
-            store = PgResponseStore(url)
-            await store.put(
-                "a", {"id": "resp_1", "created_at": 1, "output": [{"x": 1}]}, [{"id": "msg_1"}], []
-            )
-            await store.put(
-                "a", {"id": "resp_1", "created_at": 1, "output": [{"x": 2}]}, [{"id": "msg_1"}], []
-            )
-            got = await store.get("a", "resp_1")
-            assert (
-                got is not None
-                and got.response["output"] == [{"x": 2}]
-                and got.input_items == [{"id": "msg_1"}]
-            )
-            assert await store.get("b", "resp_1") is None
-            expired = PgResponseStore(url, ttl_s=-1)
-            await expired.put("a", {"id": "resp_2", "output": []}, [], [])
-            assert await expired.get("a", "resp_2") is None
-            assert await store.delete("b", "resp_1") is False
-            assert await store.delete("a", "resp_1") is True
-            assert await store.get("a", "resp_1") is None
-            store.close()
-            expired.close()
-
-        asyncio.run(run())
+        asyncio.run(_exercise_store(PgResponseStore(url), PgResponseStore(url, ttl_s=-1)))
 
 
 def test_upstream_reasoning_becomes_a_reasoning_item() -> None:

@@ -239,17 +239,13 @@ class MessagesUpstream(Protocol):
 
 
 class StoredResponse(Protocol):
-    """One stored Responses API response: the Response object, the request's own input items,
-    and the conversation items before them (what ``previous_response_id`` continues)."""
+    """One stored Responses API response: the Response object and the request's own input items."""
 
     @property
     def response(self) -> dict[str, Any]: ...
 
     @property
     def input_items(self) -> list[dict[str, Any]]: ...
-
-    @property
-    def history(self) -> list[dict[str, Any]]: ...
 
 
 class ResponseStore(Protocol):
@@ -261,10 +257,15 @@ class ResponseStore(Protocol):
         tenant: str,
         response: dict[str, Any],
         input_items: Sequence[dict[str, Any]],
-        history: Sequence[dict[str, Any]],
+        previous_id: str | None,
     ) -> None: ...
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None: ...
+
+    async def conversation(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
+        """Every item up to ``response_id``'s output, oldest first (None: not stored, or a link of
+        its ``previous_response_id`` chain is missing)."""
+        ...
 
     async def delete(self, tenant: str, response_id: str) -> bool: ...
 

@@ -76,10 +76,10 @@ async def _turn(svc: Services, body: dict[str, Any], ex: Exchange) -> _Turn:
     history: list[Item] = []
     prev = body.get("previous_response_id")
     if prev is not None:
-        stored = await svc.responses.get(ex.principal.tenant, prev) if svc.responses else None
-        if stored is None:
+        found = await svc.responses.conversation(ex.principal.tenant, prev) if svc.responses else None
+        if found is None:
             raise _not_found(prev, "previous_response_id")
-        history = [*stored.history, *stored.input_items, *stored.response.get("output", [])]
+        history = found
     items = input_items(body)
     chat, dropped = to_chat(body, [*history, *items], offset=len(history))
     return _Turn(body, items, history, chat, dropped)
@@ -94,7 +94,9 @@ def _headers(ex: Exchange, turn: _Turn) -> dict[str, str]:
 
 async def _save(svc: Services, turn: _Turn, response: Item, ex: Exchange) -> None:
     if turn.store and svc.responses is not None:
-        await svc.responses.put(ex.principal.tenant, response, turn.items, turn.history)
+        await svc.responses.put(
+            ex.principal.tenant, response, turn.items, turn.body.get("previous_response_id")
+        )
 
 
 # --------------------------------------------------------------------------- create

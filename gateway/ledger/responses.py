@@ -1,13 +1,18 @@
 """The Responses API's conversation store (core.ports.ResponseStore) in SQLite, or in
-PostgreSQL when the ledger is there (``open_response_store``): one row per
-stored response (the Response object, its input items, the conversation items before it),
-per tenant, kept for a TTL. Expired rows read as absent and are swept on later writes.
+PostgreSQL when the ledger is there (``open_response_store``): one row per stored response
+(the Response object, its own input items, the id of the response it continued), per tenant,
+kept for a TTL. Expired rows read as absent and are swept on later writes.
+
+A conversation is the chain of ``previous_response_id`` links, read in one recursive query:
+each row keeps only its own items, so storage grows linearly with the conversation. A chain
+with a missing (expired, deleted) link cannot be continued.
 
 One connection behind a lock; the calls run off the event loop (``asyncio.to_thread``)."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import time
 from collections.abc import Sequence
@@ -22,172 +27,152 @@ from gateway.ledger.sqlite import connect, is_postgres_url
 
 DEFAULT_TTL_S: Final = 30 * 24 * 3600.0
 SWEEP_EVERY_S: Final = 60.0
+MAX_CHAIN: Final = 10_000  # links followed at most (a cycle cannot be built, but bound it anyway)
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS responses (
+CREATE TABLE IF NOT EXISTS stored_responses (
     id TEXT NOT NULL,
     tenant TEXT NOT NULL,
+    previous_id TEXT,
     created_at REAL NOT NULL,
     expires_at REAL NOT NULL,
     response BLOB NOT NULL,
     input_items BLOB NOT NULL,
-    history BLOB NOT NULL,
     PRIMARY KEY (tenant, id)
 );
-CREATE INDEX IF NOT EXISTS responses_expiry ON responses (expires_at);
+CREATE INDEX IF NOT EXISTS stored_responses_expiry ON stored_responses (expires_at);
 """
-_PG_SCHEMA = (
-    _SCHEMA.replace("REAL", "DOUBLE PRECISION").replace("BLOB", "BYTEA").replace(";\nCREATE", "; CREATE")
+_PUT = (
+    "INSERT INTO stored_responses VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, id) DO UPDATE"
+    " SET response = excluded.response, expires_at = excluded.expires_at"
 )
-
-
-def _row(
-    tenant: str,
-    response: dict[str, Any],
-    input_items: Sequence[dict[str, Any]],
-    history: Sequence[dict[str, Any]],
-    ttl_s: float,
-) -> tuple[Any, ...]:
-    return (
-        str(response["id"]),
-        tenant,
-        float(response.get("created_at") or time.time()),
-        time.time() + ttl_s,
-        orjson.dumps(response),
-        orjson.dumps(list(input_items)),
-        orjson.dumps(list(history)),
-    )
+_GET = "SELECT response, input_items FROM stored_responses WHERE tenant = ? AND id = ? AND expires_at >= ?"
+_CHAIN = f"""
+WITH RECURSIVE chain(id, previous_id, depth, response, input_items) AS (
+    SELECT id, previous_id, 0, response, input_items FROM stored_responses
+    WHERE tenant = ? AND id = ? AND expires_at >= ?
+    UNION ALL
+    SELECT r.id, r.previous_id, c.depth + 1, r.response, r.input_items
+    FROM stored_responses r JOIN chain c ON r.id = c.previous_id
+    WHERE r.tenant = ? AND r.expires_at >= ? AND c.depth < {MAX_CHAIN}
+)
+SELECT previous_id, response, input_items FROM chain ORDER BY depth DESC
+"""
+_DELETE = "DELETE FROM stored_responses WHERE tenant = ? AND id = ? AND expires_at >= ?"
+_SWEEP = "DELETE FROM stored_responses WHERE expires_at < ?"
 
 
 @dataclass(frozen=True, slots=True)
 class Stored:
     response: dict[str, Any]
     input_items: list[dict[str, Any]]
-    history: list[dict[str, Any]]
 
 
-class SqliteResponseStore:
-    def __init__(self, path: Path, ttl_s: float = DEFAULT_TTL_S) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+class _Store:
+    """The store over one DB-API connection; subclasses open it and spell the placeholders."""
+
+    placeholder = "?"
+
+    def __init__(self, ttl_s: float) -> None:
         self.ttl_s = ttl_s
-        self._conn = connect(path, check_same_thread=False)
-        self._conn.executescript(_SCHEMA)
         self._lock = threading.Lock()
         self._swept = 0.0
+
+    def _run(self, sql: str, params: tuple[Any, ...]) -> Any:
+        raise NotImplementedError
+
+    def _sql(self, sql: str) -> str:
+        return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
 
     async def put(
         self,
         tenant: str,
         response: dict[str, Any],
         input_items: Sequence[dict[str, Any]],
-        history: Sequence[dict[str, Any]],
+        previous_id: str | None,
     ) -> None:
-        await asyncio.to_thread(self._put, _row(tenant, response, input_items, history, self.ttl_s))
+        now = time.time()
+        row = (
+            str(response["id"]),
+            tenant,
+            previous_id,
+            float(response.get("created_at") or now),
+            now + self.ttl_s,
+            orjson.dumps(response),
+            orjson.dumps(list(input_items)),
+        )
+        await asyncio.to_thread(self._put, row)
 
     def _put(self, row: tuple[Any, ...]) -> None:
+        self._run(self._sql(_PUT), row)
         now = time.time()
-        with self._lock, self._conn:
-            self._conn.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)", row)
-            if now - self._swept > SWEEP_EVERY_S:
-                self._swept = now
-                self._conn.execute("DELETE FROM responses WHERE expires_at < ?", (now,))
+        if now - self._swept > SWEEP_EVERY_S:
+            self._swept = now
+            self._run(self._sql(_SWEEP), (now,))
 
     async def get(self, tenant: str, response_id: str) -> Stored | None:
-        return await asyncio.to_thread(self._get, tenant, response_id)
+        rows = await asyncio.to_thread(self._run, self._sql(_GET), (tenant, response_id, time.time()))
+        return None if not rows else Stored(orjson.loads(rows[0][0]), orjson.loads(rows[0][1]))
 
-    def _get(self, tenant: str, response_id: str) -> Stored | None:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT response, input_items, history FROM responses"
-                " WHERE tenant = ? AND id = ? AND expires_at >= ?",
-                (tenant, response_id, time.time()),
-            ).fetchone()
-        if row is None:
+    async def conversation(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
+        """Every item of the conversation up to ``response_id``'s output, oldest first; None when
+        it is not stored or a link of its chain is missing."""
+        now = time.time()
+        rows = await asyncio.to_thread(self._run, self._sql(_CHAIN), (tenant, response_id, now, tenant, now))
+        if not rows or rows[0][0] is not None:  # not found, or the oldest row still has a parent
             return None
-        return Stored(orjson.loads(row[0]), orjson.loads(row[1]), orjson.loads(row[2]))
+        items: list[dict[str, Any]] = []
+        for _, response, inputs in rows:
+            items += orjson.loads(inputs)
+            items += orjson.loads(response).get("output", [])
+        return items
 
     async def delete(self, tenant: str, response_id: str) -> bool:
-        return await asyncio.to_thread(self._delete, tenant, response_id)
+        count = await asyncio.to_thread(self._run, self._sql(_DELETE), (tenant, response_id, time.time()))
+        return bool(count)
 
-    def _delete(self, tenant: str, response_id: str) -> bool:
+
+class SqliteResponseStore(_Store):
+    def __init__(self, path: Path, ttl_s: float = DEFAULT_TTL_S) -> None:
+        super().__init__(ttl_s)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn: sqlite3.Connection = connect(path, check_same_thread=False)
+        self._conn.executescript(_SCHEMA)
+
+    def _run(self, sql: str, params: tuple[Any, ...]) -> Any:
         with self._lock, self._conn:
-            cur = self._conn.execute(
-                "DELETE FROM responses WHERE tenant = ? AND id = ? AND expires_at >= ?",
-                (tenant, response_id, time.time()),
-            )
-            return cur.rowcount > 0
+            cur = self._conn.execute(sql, params)
+            return cur.fetchall() if sql.lstrip().startswith(("SELECT", "WITH")) else cur.rowcount
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
 
 
-class PgResponseStore:
+class PgResponseStore(_Store):
     """The same store in PostgreSQL (when the ledger is there, so replicas share the
     conversations). The connection is opened at first use and reopened after a failure."""
 
+    placeholder = "%s"
+
     def __init__(self, url: str, ttl_s: float = DEFAULT_TTL_S) -> None:
+        super().__init__(ttl_s)
         self.url = url
-        self.ttl_s = ttl_s
         self._conn: Any = None
-        self._lock = threading.Lock()
-        self._swept = 0.0
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> Any:
         with self._lock:
             if self._conn is None or self._conn.closed:
                 self._conn = pg_connect(self.url)
                 self._conn.autocommit = True
-                self._conn.execute(_PG_SCHEMA)
+                self._conn.execute(_SCHEMA.replace("REAL", "DOUBLE PRECISION").replace("BLOB", "BYTEA"))
             try:
-                return self._conn.execute(sql, params)
+                cur = self._conn.execute(sql, params)
+                return cur.fetchall() if sql.lstrip().startswith(("SELECT", "WITH")) else cur.rowcount
             except Exception:
                 self._conn.close()
                 self._conn = None
                 raise
-
-    async def put(
-        self,
-        tenant: str,
-        response: dict[str, Any],
-        input_items: Sequence[dict[str, Any]],
-        history: Sequence[dict[str, Any]],
-    ) -> None:
-        await asyncio.to_thread(self._put, _row(tenant, response, input_items, history, self.ttl_s))
-
-    def _put(self, row: tuple[Any, ...]) -> None:
-        self._run(
-            "INSERT INTO responses VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, id) DO UPDATE"
-            " SET response = EXCLUDED.response, expires_at = EXCLUDED.expires_at",
-            row,
-        )
-        now = time.time()
-        if now - self._swept > SWEEP_EVERY_S:
-            self._swept = now
-            self._run("DELETE FROM responses WHERE expires_at < %s", (now,))
-
-    async def get(self, tenant: str, response_id: str) -> Stored | None:
-        return await asyncio.to_thread(self._get, tenant, response_id)
-
-    def _get(self, tenant: str, response_id: str) -> Stored | None:
-        row = self._run(
-            "SELECT response, input_items, history FROM responses"
-            " WHERE tenant = %s AND id = %s AND expires_at >= %s",
-            (tenant, response_id, time.time()),
-        ).fetchone()
-        return (
-            None if row is None else Stored(orjson.loads(row[0]), orjson.loads(row[1]), orjson.loads(row[2]))
-        )
-
-    async def delete(self, tenant: str, response_id: str) -> bool:
-        return await asyncio.to_thread(self._delete, tenant, response_id)
-
-    def _delete(self, tenant: str, response_id: str) -> bool:
-        cur = self._run(
-            "DELETE FROM responses WHERE tenant = %s AND id = %s AND expires_at >= %s",
-            (tenant, response_id, time.time()),
-        )
-        return bool(cur.rowcount > 0)
 
     def close(self) -> None:
         with self._lock:
