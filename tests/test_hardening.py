@@ -222,6 +222,9 @@ def test_a_client_that_leaves_a_fast_stream_stops_the_upstream(
     stopped = time.monotonic() - left
     assert rows and (rows[0]["status"], rows[0]["http_status"]) == ("client_disconnected", 499), rows
     time.sleep(0.5)
+    print(
+        f"stream stopped {stopped * 1000:.0f} ms after the client left; upstream wrote {liar.written} of {total}"
+    )
     assert liar.finished == 0 and liar.written < total // 2, liar.written
     assert stopped < 2.0, stopped
     t0 = time.monotonic()
@@ -487,3 +490,28 @@ def test_the_semantic_layer_does_not_embed_or_store_a_huge_prompt() -> None:
     )
     body = {"model": "r", "messages": [{"role": "user", "content": "y" * (MAX_TEXT_CHARS + 1)}]}
     assert asyncio.run(layer.lookup(policy, "r", "t", body)) is None
+
+
+# ----------------------------------------------------------------- class 9: revocation mid-outage
+def test_a_key_confirmed_before_an_outage_works_for_at_most_the_stale_bound(tmp_path: Path) -> None:
+    import sqlite3
+
+    from gateway.limits.keys import KeyCache, KeyStore
+
+    store = KeyStore(tmp_path / "keys.db")
+    key, rec = store.create("t")
+    now = [0.0]
+    cache = KeyCache(store, ttl=5.0, stale=60.0, clock=lambda: now[0])
+    assert cache.lookup(key) == rec
+    store.revoke(rec.key_id)  # revoked, then the store goes away before this process sees it
+
+    def down(digest: str) -> Any:
+        raise sqlite3.OperationalError("database is unreachable")
+
+    store.lookup_hash = down  # type: ignore[method-assign]
+    for t in (6.0, 30.0, 59.0):  # past the TTL, within the stale bound: still honoured
+        now[0] = t
+        assert cache.lookup(key) == rec
+    now[0] = 61.0  # the promise: at most 60 s after the last confirmation
+    with pytest.raises(sqlite3.Error):
+        cache.lookup(key)

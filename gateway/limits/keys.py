@@ -336,6 +336,10 @@ class KeyCache:
     bounded LRU (``max_negative`` entries), so a flood of random keys costs at most one
     database read each and cannot grow memory without bound. Entries are keyed by the key's
     hash; the key itself is not kept.
+
+    While the store is unreachable (PostgreSQL down), a key it confirmed keeps working for at
+    most ``stale`` seconds after that confirmation; then it gets 503 like an unknown key. So a
+    revocation this process could not see takes effect within ``stale`` even mid-outage.
     """
 
     def __init__(
@@ -346,15 +350,18 @@ class KeyCache:
         *,
         max_entries: int = 100_000,
         max_negative: int = 10_000,
+        stale: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.ttl = ttl
+        self.stale = max(stale, ttl)
         self.negative_ttl = negative_ttl
         self.max_entries = max_entries
         self.max_negative = max_negative
         self._clock = clock
         self._hits: OrderedDict[str, tuple[float, KeyRecord]] = OrderedDict()
+        self._confirmed: dict[str, float] = {}  # digest -> when the store last confirmed it
         self._misses: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()  # guards evictions; reads are single dict operations
 
@@ -375,17 +382,23 @@ class KeyCache:
         try:
             record = self.store.lookup_hash(digest)
         except store_errors():
-            if hit is None:
+            confirmed = self._confirmed.get(digest)
+            if hit is None or confirmed is None or now - confirmed > self.stale:
                 raise
             # The store is unreachable (e.g. PostgreSQL down): keep honouring a key it confirmed
-            # recently rather than failing every caller; re-checked once it answers again.
-            self._remember(self._hits, digest, (now + self.ttl, hit[1]), self.max_entries)
+            # recently (at most ``stale`` ago) rather than failing every caller.
+            until = min(now + self.ttl, confirmed + self.stale)
+            self._remember(self._hits, digest, (until, hit[1]), self.max_entries)
             return hit[1]
         if record is None:
             self._hits.pop(digest, None)
+            self._confirmed.pop(digest, None)
             self._remember(self._misses, digest, now + self.negative_ttl, self.max_negative)
         else:
             self._remember(self._hits, digest, (now + self.ttl, record), self.max_entries)
+            if len(self._confirmed) >= self.max_entries:
+                self._confirmed.clear()  # bounded; a key not in it is simply re-confirmed
+            self._confirmed[digest] = now
         return record
 
     def _remember(self, cache: OrderedDict[str, V], digest: str, value: V, limit: int) -> None:
@@ -400,6 +413,7 @@ class KeyCache:
         with self._lock:
             self._hits.clear()
             self._misses.clear()
+            self._confirmed.clear()
 
     def sizes(self) -> tuple[int, int]:
         """(positive entries, negative entries) currently held."""
