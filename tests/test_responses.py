@@ -422,3 +422,22 @@ def test_a_chain_of_turns_and_a_broken_chain(
     with pytest.raises(openai.NotFoundError) as err:  # ...but its conversation cannot go on
         c.responses.create(model="small", input="turn five", previous_response_id=three.id)
     assert err.value.body["param"] == "previous_response_id"  # type: ignore[index]
+
+
+def test_a_previous_response_id_chain_keeps_its_model(
+    client: Client, gateway: RunningGateway, mock: MockUpstream
+) -> None:
+    c = client(gateway)
+    mock.add_fault(kind="status", status=500, model="claude-mock", times=1)
+    first = c.responses.with_raw_response.create(model="anthropic-first", input="start", instructions="sys")
+    assert first.headers["x-switchyard-model"] == "small"  # claude failed: the fallback served
+    second = c.responses.with_raw_response.create(
+        model="anthropic-first", input="go on", instructions="sys", previous_response_id=first.parse().id
+    )
+    assert second.headers["x-switchyard-model"] == "small"  # and keeps the conversation
+    fresh = c.responses.with_raw_response.create(
+        model="anthropic-first", input="new task", instructions="sys"
+    )
+    assert fresh.headers["x-switchyard-model"] == "claude"
+    decisions = {r["request_id"]: r["route_decision"] for r in gateway.ledger_rows()}
+    assert decisions[second.headers["x-request-id"]] == "sticky"

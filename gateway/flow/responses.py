@@ -43,6 +43,7 @@ from gateway.protocols.openai_responses import Item, from_chat, input_items, new
 from gateway.protocols.openai_responses_events import EventEncoder, frame
 from gateway.routing.params import apply_params
 from gateway.routing.plan import RoutePlan
+from gateway.routing.sticky import conversation_key
 
 log = logging.getLogger("switchyard")
 
@@ -105,6 +106,8 @@ async def create(svc: Services, body: dict[str, Any], ex: Exchange) -> Reply:
     try:
         turn = await _turn(svc, body, ex)
         plan = await admit(svc, body["model"], ex, "chat")
+        # a previous_response_id chain keeps its leading messages, so it keeps its model too
+        ex.conversation = conversation_key(ex.principal.tenant, plan.name, turn.chat)
         chat = turn.chat = apply_params(turn.chat, plan.policy.params)
         key = caching.cache_key(svc, plan, chat, ex)
         if key is not None and ex.cache == "miss":
