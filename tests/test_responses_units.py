@@ -307,3 +307,12 @@ def test_upstream_reasoning_becomes_a_reasoning_item() -> None:
     assert kinds.index("response.reasoning_text.done") < kinds.index("response.content_part.added")
     final = Response.model_validate(events[-1]["response"])
     assert final.output[0].type == "reasoning" and final.output[0].content[0].text == "think"  # type: ignore[union-attr,index]
+
+
+def test_json_object_format_and_text_format() -> None:
+    assert chat_of({"model": "m", "input": "q", "text": {"format": {"type": "json_object"}}})[
+        "response_format"
+    ] == {"type": "json_object"}
+    assert "response_format" not in chat_of(
+        {"model": "m", "input": "q", "text": {"format": {"type": "text"}}}
+    )
