@@ -316,3 +316,23 @@ def test_json_object_format_and_text_format() -> None:
     assert "response_format" not in chat_of(
         {"model": "m", "input": "q", "text": {"format": {"type": "text"}}}
     )
+
+
+def test_refusal_deltas_become_a_refusal_part() -> None:
+    enc = EventEncoder(skeleton({"model": "m"}, "resp_3", 1))
+    events = list(enc.start())
+    events += enc.add(_chunk({"content": "I "}))
+    events += enc.add(_chunk({"refusal": "can't "}))
+    events += enc.add(_chunk({"refusal": "help"}, "stop"))
+    events += enc.finish(Usage(1, 3))
+    for e in events:
+        EVENTS.validate_python(e)
+    added = [e for e in events if e["type"] == "response.content_part.added"]
+    assert [(e["content_index"], e["part"]) for e in added] == [
+        (0, {"type": "output_text", "text": "", "annotations": []}),
+        (1, {"type": "refusal", "refusal": ""}),  # snapshots, not the parts as they grew
+    ]
+    done = next(e for e in events if e["type"] == "response.refusal.done")
+    assert done["refusal"] == "can't help" and done["content_index"] == 1
+    final = Response.model_validate(events[-1]["response"])
+    assert final.output_text == "I " and final.output[0].content[1].type == "refusal"  # type: ignore[union-attr]

@@ -1,10 +1,11 @@
 """OpenAI Responses stream events from chat chunks: ``response.created`` and
 ``response.in_progress``, then per output item ``response.output_item.added``, its deltas
 (``response.reasoning_text.*`` for an upstream's ``reasoning_content``, ``content_part.*`` and
-``output_text.*`` for text, ``function_call_arguments.*`` for tool calls) and
-``response.output_item.done``; ``response.completed`` (or ``response.incomplete``) with the
-whole Response last; an ``error`` event when the stream breaks. Every event carries its
-``sequence_number``; each is framed as ``event: <type>`` + ``data: <json>``."""
+``output_text.*`` for text, ``refusal.*`` for a refusal, ``function_call_arguments.*`` for
+tool calls) and ``response.output_item.done``; ``response.completed`` (or
+``response.incomplete``) with the whole Response last; an ``error`` event when the stream
+breaks. Every event carries its ``sequence_number``; each is framed as ``event: <type>`` +
+``data: <json>``."""
 
 from __future__ import annotations
 
@@ -66,10 +67,12 @@ class EventEncoder:
             thought = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(thought, str) and thought:
                 yield from self._reasoning_delta(thought)
-            if delta.get("content") or delta.get("tool_calls"):
+            if delta.get("content") or delta.get("refusal") or delta.get("tool_calls"):
                 yield from self._close_reasoning()
             if delta.get("content"):
-                yield from self._text_delta(str(delta["content"]))
+                yield from self._part_delta("output_text", str(delta["content"]))
+            if delta.get("refusal"):
+                yield from self._part_delta("refusal", str(delta["refusal"]))
             for call in delta.get("tool_calls") or []:
                 yield from self._call_delta(call)
             if choice.get("finish_reason"):
@@ -102,38 +105,42 @@ class EventEncoder:
         item["status"] = "completed"
         yield self._ev("response.output_item.done", output_index=index, item=item)
 
-    def _text_delta(self, text: str) -> Iterator[Item]:
+    def _part_delta(self, kind: str, text: str) -> Iterator[Item]:
+        """A text (``output_text``) or refusal delta of the message item, opened on first use."""
         if self._text is None:
             self._text = {
                 "type": "message",
                 "id": new_id("msg"),
                 "role": "assistant",
                 "status": "in_progress",
-                "content": [],
             }
+            self._text["content"] = []
             self._text_index = len(self.output)
             self.output.append(self._text)
-            yield self._ev(
-                "response.output_item.added", output_index=self._text_index, item=dict(self._text, content=[])
+            added = dict(self._text, content=[])
+            yield self._ev("response.output_item.added", output_index=self._text_index, item=added)
+        parts: list[Item] = self._text["content"]
+        index = next((n for n, p in enumerate(parts) if p["type"] == kind), None)
+        if index is None:
+            part = (
+                text_part("output_text", "") if kind == "output_text" else {"type": "refusal", "refusal": ""}
             )
-            part = text_part("output_text", "")
+            index = len(parts)
+            parts.append(part)
             yield self._ev(
                 "response.content_part.added",
                 item_id=self._text["id"],
                 output_index=self._text_index,
-                content_index=0,
-                part=part,
+                content_index=index,
+                part=dict(part),
             )
-            self._text["content"] = [part]
-        self._text["content"][0]["text"] += text
-        yield self._ev(
-            "response.output_text.delta",
-            item_id=self._text["id"],
-            output_index=self._text_index,
-            content_index=0,
-            delta=text,
-            logprobs=[],
-        )
+        where = {"item_id": self._text["id"], "output_index": self._text_index, "content_index": index}
+        if kind == "output_text":
+            parts[index]["text"] += text
+            yield self._ev("response.output_text.delta", **where, delta=text, logprobs=[])
+        else:
+            parts[index]["refusal"] += text
+            yield self._ev("response.refusal.delta", **where, delta=text)
 
     def _call_delta(self, call: dict[str, Any]) -> Iterator[Item]:
         index = call.get("index", 0)
@@ -164,22 +171,13 @@ class EventEncoder:
         yield from self._close_reasoning()
         if self._text is not None:
             item, index = self._text, self._text_index
-            part = item["content"][0]
-            yield self._ev(
-                "response.output_text.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                text=part["text"],
-                logprobs=[],
-            )
-            yield self._ev(
-                "response.content_part.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                part=part,
-            )
+            for n, part in enumerate(item["content"]):
+                where = {"item_id": item["id"], "output_index": index, "content_index": n}
+                if part["type"] == "output_text":
+                    yield self._ev("response.output_text.done", **where, text=part["text"], logprobs=[])
+                else:
+                    yield self._ev("response.refusal.done", **where, refusal=part["refusal"])
+                yield self._ev("response.content_part.done", **where, part=part)
             item["status"] = "completed"
             yield self._ev("response.output_item.done", output_index=index, item=item)
         for index in self._open_calls:
