@@ -32,6 +32,10 @@ from load_tests.httpclient import CONTENT_RE, Connection, Response, Target, requ
 MAX_DURATION_S = 600.0
 MAX_REQUESTS = 5_000_000
 MAX_CONNECTIONS = 1024
+# An idle keep-alive connection is reused only this soon after its last response: uvicorn closes
+# idle connections after 5 s, and a request written as the server's FIN is in flight fails with
+# ConnectionClosedError (the soak's rare "ConnectionClosedError: 1" under load on a fresh clone).
+REUSE_IDLE_S = 2.0
 
 BodyFactory = Callable[[int], bytes]
 
@@ -119,17 +123,19 @@ class _Runner:
         self.target = Target.from_url(spec.url)
         self.samples: list[_Sample] = []
         self.header_counts: Counter[str] = Counter()
-        self._idle: list[Connection] = []
+        self._idle: list[tuple[Connection, float]] = []  # (connection, idle since: monotonic)
         self.opened = 0
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
         headers = {"accept": "text/event-stream" if spec.stream else "application/json", **spec.headers}
         self._prefix = request_prefix(self.target, headers)
 
     async def _connection(self) -> Connection:
+        now = time.monotonic()
         while self._idle:
-            conn = self._idle.pop()
-            if conn.usable:
+            conn, idle_since = self._idle.pop()
+            if conn.usable and now - idle_since < REUSE_IDLE_S:
                 return conn
+            conn.close()  # the server may be closing it right now (its keep-alive timeout)
         self.opened += 1
         return await Connection.open(self.target, content_re=CONTENT_RE if self.spec.stream else None)
 
@@ -148,7 +154,7 @@ class _Runner:
                 return
             self._record(resp, scheduled, sent)
             if conn.usable:
-                self._idle.append(conn)
+                self._idle.append((conn, time.monotonic()))
 
     def _record(self, resp: Response, scheduled: float, sent: float) -> None:
         error = None if resp.status == 200 else str(resp.status)
@@ -163,7 +169,7 @@ class _Runner:
         self.samples.append(_Sample(scheduled, sent, ttft, resp.done, error))
 
     def close(self) -> None:
-        for conn in self._idle:
+        for conn, _ in self._idle:
             conn.close()
         self._idle.clear()
 
