@@ -28,7 +28,6 @@ from gateway.flow.upstream import attempt, metered
 from gateway.routing.params import apply_params
 from gateway.routing.plan import RoutePlan
 from gateway.routing.sticky import conversation_key
-from gateway.routing.sticky import conversation_key
 from gateway.telemetry.prompt_log import log_exchange
 
 log = logging.getLogger("switchyard")
@@ -39,7 +38,6 @@ async def chat(svc: Services, req: ChatRequest, ex: Exchange) -> Reply:
     ex.endpoint, ex.requested, ex.stream = "chat", req.model, req.stream
     try:
         plan = await admit(svc, req.model, ex, "chat")
-        ex.conversation = conversation_key(ex.principal.tenant, plan.name, req.body)
         ex.conversation = conversation_key(ex.principal.tenant, plan.name, req.body)
         body = apply_params(req.body, plan.policy.params)
         key = caching.cache_key(svc, plan, body, ex)
