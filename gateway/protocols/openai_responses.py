@@ -49,7 +49,7 @@ def input_items(body: dict[str, Any]) -> list[Item]:
         return [_message("user", [{"type": "input_text", "text": raw}])]
     out: list[Item] = []
     for i, item in enumerate(raw):
-        kind = item.get("type", "message" if "role" in item else None)
+        kind = item.get("type") or ("message" if "role" in item else None)
         _check_item(item, kind, f"input[{i}]")
         if kind == "message":
             content = item.get("content")

@@ -119,11 +119,17 @@ class ReasoningConfig(_Open):
 
 
 InputItem = InputMessage | AssistantMessage | FunctionCall | FunctionCallOutput | Reasoning
+# at least one item a chat upstream gets (reasoning items are not sent)
+_NOT_ONLY_REASONING: dict[str, Any] = {
+    "contains": {
+        "not": {"type": "object", "required": ["type"], "properties": {"type": {"const": "reasoning"}}}
+    }
+}
 
 
 class ResponsesRequest(_Open):
     model: StrictStr
-    input: StrictStr | Annotated[list[InputItem], Field(min_length=1)]
+    input: StrictStr | Annotated[list[InputItem], Field(min_length=1, json_schema_extra=_NOT_ONLY_REASONING)]
     instructions: StrictStr | None = None
     tools: list[FunctionTool | NamespaceTool] | None = None
     tool_choice: Literal["auto", "none", "required"] | FunctionChoice | None = None
@@ -163,6 +169,13 @@ def refuse_unservable(data: Any) -> None:
                 f"Built-in tools such as '{kind}' are not supported", param=f"tools[{i}].type"
             )
     items = data.get("input")
+    only = (
+        isinstance(items, list)
+        and items
+        and all(isinstance(i, dict) and i.get("type") == "reasoning" for i in items)
+    )
+    if only and not data.get("instructions"):
+        raise BadRequestError("'input' has only reasoning items: nothing a model could answer", param="input")
     for i, item in enumerate(items if isinstance(items, list) else []):
         kind = item.get("type") if isinstance(item, dict) else None
         if isinstance(kind, str) and kind not in ITEM_TYPES:
