@@ -28,17 +28,24 @@ HELLO = [{"role": "user", "content": "hello there"}]
 EVENTS = TypeAdapter(RawMessageStreamEvent)
 
 
+OPEN: list[anthropic.Anthropic] = []  # SDK clients of the running test, closed at its end
+
+
 @pytest.fixture
 def gw(tmp_path: Path, mock: MockUpstream) -> Iterator[RunningGateway]:
     gateway = start_gateway(tmp_path, mock_policy(mock.base_url, ALIASES))
     try:
         yield gateway
     finally:
+        while OPEN:
+            OPEN.pop().close()
         gateway.stop()
 
 
-def client(gw: RunningGateway, **kw: Any) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=gw.url, api_key=gw.key(), max_retries=0, **kw)
+def client(gw: RunningGateway, api_key: str | None = None) -> anthropic.Anthropic:
+    c = anthropic.Anthropic(base_url=gw.url, api_key=api_key or gw.key(), max_retries=0)
+    OPEN.append(c)
+    return c
 
 
 def rows(gw: RunningGateway) -> list[dict[str, Any]]:
@@ -149,9 +156,7 @@ def test_errors_are_anthropic_shaped(gw: RunningGateway) -> None:
         c.messages.create(model="no-such-model", max_tokens=10, messages=HELLO)
     assert nf.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
     with pytest.raises(anthropic.AuthenticationError):
-        anthropic.Anthropic(base_url=gw.url, api_key="sk-sy-wrong", max_retries=0).messages.create(
-            model="claude-x", max_tokens=10, messages=HELLO
-        )
+        client(gw, "sk-sy-wrong").messages.create(model="claude-x", max_tokens=10, messages=HELLO)
     r = httpx.post(
         gw.url + "/v1/messages",
         json={"model": "claude-x", "messages": HELLO},

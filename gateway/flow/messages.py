@@ -12,6 +12,8 @@ The client always gets Anthropic's shapes; the ledger row is committed before th
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
@@ -19,16 +21,24 @@ from typing import Any, cast
 import orjson
 
 from gateway.cache.keys import canonical_key, is_deterministic
-from gateway.core.errors import BadRequestError, StreamBrokenError, SwitchyardError, UpstreamError
+from gateway.core.errors import (
+    BadRequestError,
+    InternalError,
+    StreamBrokenError,
+    SwitchyardError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
 from gateway.core.ports import MessagesStream, MessagesUpstream, Provider
 from gateway.core.redact import redact
 from gateway.core.types import ChatStream, RawResult, Target, Usage, usage_from_anthropic
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import durable, record
-from gateway.flow.pipeline import admit, failed, reserve
+from gateway.flow.pipeline import abandoned, admit, failed, reserve, unexpected
 from gateway.flow.reply import Reply, headers
 from gateway.flow.services import Services
-from gateway.flow.upstream import attempt
+from gateway.flow.stream import YIELD_EVERY
+from gateway.flow.upstream import attempt, metered
 from gateway.ledger.meter import estimate_usage
 from gateway.ledger.tokens import count_prompt_tokens
 from gateway.protocols.anthropic_messages import (
@@ -43,6 +53,7 @@ from gateway.protocols.anthropic_messages import (
 from gateway.routing.plan import RoutePlan
 from gateway.routing.sticky import conversation_key
 
+log = logging.getLogger("switchyard")
 MAX_BREAKPOINTS = 4  # Anthropic's limit of cache_control markers per request
 _CACHEABLE_STOPS = ("end_turn", "tool_use", "max_tokens", "stop_sequence")
 
@@ -90,9 +101,7 @@ async def messages(svc: Services, body: dict[str, Any], forwarded: Mapping[str, 
         if ex.stream:
             return await _open_stream(svc, plan, req, ex)
         result = await attempt(svc, plan, ex, lambda p, t, s: _call(svc, req, p, t, s))
-        ex.usage = result.usage
-        if result.usage.input_tokens is None or result.usage.output_tokens is None:
-            ex.usage = estimate_usage(req.counted, None, _model(ex, body), result.usage)
+        ex.usage = metered(svc, req.counted, None, ex, result.usage)
         payload = orjson.dumps(result.body)
         if key is not None and result.body.get("stop_reason") in _CACHEABLE_STOPS:
             ttl = plan.policy.cache.ttl_s or svc.policy.cache.ttl_s
@@ -100,6 +109,11 @@ async def messages(svc: Services, body: dict[str, Any], forwarded: Mapping[str, 
     except SwitchyardError as exc:
         await failed(svc, ex, exc)
         raise
+    except asyncio.CancelledError:
+        abandoned(svc, ex)
+        raise
+    except Exception as exc:
+        raise await unexpected(svc, ex, exc) from exc
     record(svc, ex)
     return await durable(ex, Reply(_headers(ex, req), body=payload))
 
@@ -192,42 +206,67 @@ async def _open_stream(svc: Services, plan: RoutePlan, req: _Request, ex: Exchan
             record(svc, ex)
             await stream.aclose()
 
-    return Reply(_headers(ex, req), stream=_relay(svc, opened, req, ex), on_close=on_close)
+    return Reply(_headers(ex, req), stream=_relay(svc, plan, opened, req, ex), on_close=on_close)
 
 
-async def _relay(svc: Services, opened: Opened, req: _Request, ex: Exchange) -> AsyncIterator[bytes]:
+async def _relay(
+    svc: Services, plan: RoutePlan, opened: Opened, req: _Request, ex: Exchange
+) -> AsyncIterator[bytes]:
     stream, iterator, first, native = opened
     encoder = None if native else ChunkEncoder(str(req.body["model"]))
+    deadline_s = plan.policy.deadline_s
+    deadline = ex.started + deadline_s
     ex.status = "client_disconnected"  # until proven otherwise
     try:
         ex.ttft = time.perf_counter() - ex.started
-        if native:
-            async for out in _native_frames(first, iterator):
-                if out is None:  # message_stop is next: the row first
-                    await _finish(svc, ex, stream.usage, req)
-                    continue
-                yield out
-        else:
-            assert encoder is not None
-            for out in encoder.add(first):
-                yield out
-            async for chunk in iterator:
-                for out in encoder.add(chunk):
-                    yield out
-            await _finish(svc, ex, stream.usage, req)
-            for out in encoder.finish(ex.usage):
-                yield out
+        items = _native_frames(first, iterator) if native else _translated_frames(first, iterator, encoder)
+        relayed = 0
+        async for out in items:
+            relayed += 1
+            if relayed % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # let the disconnect watcher cancel a fast relay
+            if time.perf_counter() > deadline:
+                raise UpstreamTimeoutError(f"deadline of {deadline_s:g}s for '{plan.name}' exceeded")
+            if out is None:  # the end is next: the ledger row first
+                ex.status = "ok"
+                ex.usage = metered(svc, req.counted, None, ex, stream.usage)
+                record(svc, ex)
+                await durable(ex, None)
+                if encoder is not None:
+                    for frame_ in encoder.finish(ex.usage):
+                        yield frame_
+                continue
+            yield out
     except (UpstreamError, StreamBrokenError) as exc:
         ex.status, ex.http_status, ex.error_code = "stream_broken", 502, exc.code
         exc.message = redact(exc.message, svc.secrets)
         yield frame("error", error_body(exc))
+    except Exception as exc:  # a bug: the stream ends with an error event, never a clean end
+        log.error("unexpected error relaying request %s", ex.request_id, exc_info=exc)
+        error = InternalError(f"Internal gateway error (request id {ex.request_id})")
+        ex.status, ex.http_status, ex.error_code = "stream_broken", error.status, error.code
+        yield frame("error", error_body(error))
     finally:
         if not ex.recorded:  # broken or abandoned (an ok stream recorded above)
-            ex.usage = stream.usage or estimate_usage(req.counted, None, _model(ex, req.body), None)
+            ex.usage = metered(svc, req.counted, None, ex, stream.usage)
             if ex.status == "client_disconnected":
                 ex.http_status = 499
             record(svc, ex)
         await stream.aclose()
+
+
+async def _translated_frames(
+    first: Any, iterator: AsyncIterator[Any], encoder: ChunkEncoder | None
+) -> AsyncIterator[bytes | None]:
+    """Chat chunks as Anthropic frames; None at the end (the caller commits the row, then
+    sends the encoder's closing events)."""
+    assert encoder is not None
+    for out in encoder.add(first):
+        yield out
+    async for chunk in iterator:
+        for out in encoder.add(chunk):
+            yield out
+    yield None
 
 
 async def _native_frames(first: Any, iterator: AsyncIterator[Any]) -> AsyncIterator[bytes | None]:
@@ -239,13 +278,6 @@ async def _native_frames(first: Any, iterator: AsyncIterator[Any]) -> AsyncItera
         if data.get("type") == "message_stop":
             yield None
         yield frame(event, raw)
-
-
-async def _finish(svc: Services, ex: Exchange, usage: Usage | None, req: _Request) -> None:
-    ex.status = "ok"
-    ex.usage = usage or estimate_usage(req.counted, None, _model(ex, req.body), None)
-    record(svc, ex)
-    await durable(ex, None)
 
 
 # --------------------------------------------------------------------------- count_tokens

@@ -150,7 +150,7 @@ class AnthropicProvider:
         parsed = await self._post_json(payload, self._pass_headers(False, forwarded), timeout)
         if not isinstance(parsed, dict) or parsed.get("type") != "message":
             raise http.bad_response(self.name, "not an Anthropic message object")
-        return RawResult(parsed, usage_from_anthropic(parsed.get("usage")) or Usage())
+        return RawResult(parsed, http.checked_usage(usage_from_anthropic(parsed.get("usage"))) or Usage())
 
     async def messages_stream(
         self,
@@ -318,7 +318,7 @@ class MessagesStream(_EventStream):
                 self.stop_reason = delta["stop_reason"]
         else:
             return
-        self.usage = usage_from_anthropic(self._raw_usage)
+        self.usage = http.checked_usage(usage_from_anthropic(self._raw_usage))
 
     async def _iterate(self) -> AsyncGenerator[tuple[str, bytes, dict[str, Any]], None]:
         finished = False
