@@ -6,12 +6,14 @@ Anthropic's shape (``{"type": "error", "error": {...}}``)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from gateway.api.errors import error_headers, request_id_of
+from gateway.api.openapi import openapi_extra
 from gateway.api.routes import _json_body, _render
 from gateway.api.state import AppState, wanted_headers
 from gateway.core.errors import SwitchyardError
@@ -57,12 +59,31 @@ async def _count_tokens(request: Request) -> Response:
     return Response(orjson.dumps(await flow.count_tokens(svc, data, ex)), media_type="application/json")
 
 
-@router.post("/v1/messages")
+ANTHROPIC_ERROR = {
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        },
+    },
+}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"description": text, "content": {"application/json": {"schema": ANTHROPIC_ERROR}}}
+    for status, text in ((400, "A bad field (the message names it)"), (401, "Missing or unknown key"),
+                         (404, "Unknown model or route"), (429, "Rate limited"), (502, "Upstream failure"))
+}  # fmt: skip
+
+
+@router.post("/v1/messages", responses=ERRORS, openapi_extra=openapi_extra(MessagesRequest, streams=True))
 async def messages(request: Request) -> Response:
     return await _guarded(request, _messages)
 
 
-@router.post("/v1/messages/count_tokens")
+@router.post("/v1/messages/count_tokens", responses=ERRORS, openapi_extra=openapi_extra(CountTokensRequest))
 async def count_tokens(request: Request) -> Response:
     return await _guarded(request, _count_tokens)
 
