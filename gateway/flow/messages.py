@@ -25,7 +25,6 @@ from gateway.core.errors import (
     BadRequestError,
     InternalError,
     StreamBrokenError,
-    SwitchyardError,
     UpstreamError,
     UpstreamTimeoutError,
 )
@@ -34,7 +33,7 @@ from gateway.core.redact import redact
 from gateway.core.types import ChatStream, RawResult, Target, Usage, usage_from_anthropic
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import durable, record
-from gateway.flow.pipeline import abandoned, admit, failed, reserve, unexpected
+from gateway.flow.pipeline import admit, guarded, reserve
 from gateway.flow.reply import Reply, headers
 from gateway.flow.services import Services
 from gateway.flow.stream import YIELD_EVERY
@@ -86,7 +85,7 @@ def _native(svc: Services, target: Target) -> bool:
 async def messages(svc: Services, body: dict[str, Any], forwarded: Mapping[str, str], ex: Exchange) -> Reply:
     ex.endpoint, ex.requested, ex.stream = "messages", str(body["model"]), bool(body.get("stream"))
     req = _Request(body, forwarded)
-    try:
+    async with guarded(svc, ex):
         if cache_breakpoints(body) > MAX_BREAKPOINTS:
             raise BadRequestError(f"A request may carry at most {MAX_BREAKPOINTS} cache_control breakpoints")
         plan = await admit(svc, body["model"], ex, "chat")
@@ -106,14 +105,6 @@ async def messages(svc: Services, body: dict[str, Any], forwarded: Mapping[str, 
         if key is not None and result.body.get("stop_reason") in _CACHEABLE_STOPS:
             ttl = plan.policy.cache.ttl_s or svc.policy.cache.ttl_s
             svc.tasks.spawn(svc.cache.set(key, payload, ttl))
-    except SwitchyardError as exc:
-        await failed(svc, ex, exc)
-        raise
-    except asyncio.CancelledError:
-        abandoned(svc, ex)
-        raise
-    except Exception as exc:
-        raise await unexpected(svc, ex, exc) from exc
     record(svc, ex)
     return await durable(ex, Reply(_headers(ex, req), body=payload))
 

@@ -8,7 +8,9 @@ request's ``Exchange``; nothing here knows HTTP, and I/O happens only through co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -36,7 +38,7 @@ log = logging.getLogger("switchyard")
 # --------------------------------------------------------------------------- entry points
 async def chat(svc: Services, req: ChatRequest, ex: Exchange) -> Reply:
     ex.endpoint, ex.requested, ex.stream = "chat", req.model, req.stream
-    try:
+    async with guarded(svc, ex):
         plan = await admit(svc, req.model, ex, "chat")
         ex.conversation = conversation_key(ex.principal.tenant, plan.name, req.body)
         body = apply_params(req.body, plan.policy.params)
@@ -58,14 +60,6 @@ async def chat(svc: Services, req: ChatRequest, ex: Exchange) -> Reply:
         log_exchange(svc.policy, ex.request_id, ex.principal.tenant, body, result.body)
         if key is not None and caching.cacheable(result.body):
             caching.store(svc, plan, ex, key, payload)
-    except SwitchyardError as exc:
-        await failed(svc, ex, exc)
-        raise
-    except asyncio.CancelledError:
-        abandoned(svc, ex)
-        raise
-    except Exception as exc:
-        raise await unexpected(svc, ex, exc) from exc
     record(svc, ex)
     return await durable(ex, Reply(headers(ex), body=payload))
 
@@ -73,7 +67,7 @@ async def chat(svc: Services, req: ChatRequest, ex: Exchange) -> Reply:
 async def passthrough(svc: Services, endpoint: str, body: dict[str, Any], ex: Exchange) -> Reply:
     """/v1/completions and /v1/embeddings: routed, retried, metered; not cached."""
     ex.endpoint, ex.requested = endpoint, str(body.get("model"))
-    try:
+    async with guarded(svc, ex):
         plan = await admit(svc, body.get("model"), ex, endpoint)
         body = apply_params(body, plan.policy.params)
         plan = await reserve(svc, plan, body, ex)
@@ -86,14 +80,6 @@ async def passthrough(svc: Services, endpoint: str, body: dict[str, Any], ex: Ex
         result = await attempt(svc, plan, ex, call)
         ex.usage = metered(svc, body, result.body if endpoint == "completions" else None, ex, result.usage)
         payload = orjson.dumps(result.body)
-    except SwitchyardError as exc:
-        await failed(svc, ex, exc)
-        raise
-    except asyncio.CancelledError:
-        abandoned(svc, ex)
-        raise
-    except Exception as exc:
-        raise await unexpected(svc, ex, exc) from exc
     record(svc, ex)
     return await durable(ex, Reply(headers(ex), body=payload))
 
@@ -140,6 +126,22 @@ async def failed(svc: Services, ex: Exchange, exc: SwitchyardError) -> None:
         svc.metrics.rejections.labels(exc.code or str(exc.status)).inc()
     record(svc, ex)  # every authenticated request gets its ledger row
     await durable(ex, None)
+
+
+@contextlib.asynccontextmanager
+async def guarded(svc: Services, ex: Exchange) -> AsyncIterator[None]:
+    """Every way out of a request's steps leaves its row and settles or releases its budget: an
+    error of the tree is recorded and re-raised, a cancellation is a 499, a bug is a 500."""
+    try:
+        yield
+    except SwitchyardError as exc:
+        await failed(svc, ex, exc)
+        raise
+    except asyncio.CancelledError:
+        abandoned(svc, ex)
+        raise
+    except Exception as exc:
+        raise await unexpected(svc, ex, exc) from exc
 
 
 async def unexpected(svc: Services, ex: Exchange, exc: BaseException) -> InternalError:

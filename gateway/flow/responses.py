@@ -24,7 +24,6 @@ from gateway.core.errors import (
     InternalError,
     NotFoundError,
     StreamBrokenError,
-    SwitchyardError,
     UpstreamError,
     UpstreamTimeoutError,
 )
@@ -34,7 +33,7 @@ from gateway.core.types import ChatRequest, ChatStream, Target
 from gateway.flow import caching
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import durable, record
-from gateway.flow.pipeline import _classify, abandoned, admit, failed, reserve, unexpected
+from gateway.flow.pipeline import _classify, admit, guarded, reserve
 from gateway.flow.reply import Reply, headers
 from gateway.flow.services import Services
 from gateway.flow.stream import YIELD_EVERY
@@ -103,7 +102,7 @@ async def _save(svc: Services, turn: _Turn, response: Item, ex: Exchange) -> Non
 # --------------------------------------------------------------------------- create
 async def create(svc: Services, body: dict[str, Any], ex: Exchange) -> Reply:
     ex.endpoint, ex.requested, ex.stream = "responses", str(body["model"]), bool(body.get("stream"))
-    try:
+    async with guarded(svc, ex):
         turn = await _turn(svc, body, ex)
         plan = await admit(svc, body["model"], ex, "chat")
         # a previous_response_id chain keeps its leading messages, so it keeps its model too
@@ -129,14 +128,6 @@ async def create(svc: Services, body: dict[str, Any], ex: Exchange) -> Reply:
             caching.store(svc, plan, ex, key, orjson.dumps(result.body))
         response = from_chat(turn.body, result.body, turn.rid, turn.created_at, ex.usage)
         await _save(svc, turn, response, ex)
-    except SwitchyardError as exc:
-        await failed(svc, ex, exc)
-        raise
-    except asyncio.CancelledError:
-        abandoned(svc, ex)
-        raise
-    except Exception as exc:
-        raise await unexpected(svc, ex, exc) from exc
     record(svc, ex)
     return await durable(ex, Reply(_headers(ex, turn), body=orjson.dumps(response)))
 

@@ -191,6 +191,15 @@ class _EventStream:
         self._resp = resp
         self._idle = idle_timeout
         self.usage: Usage | None = None
+        self._gen: AsyncGenerator[Any, None] | None = None  # the subclass's iteration, once started
+
+    async def aclose(self) -> None:
+        gen = self._gen
+        if gen is not None:
+            # RuntimeError: another task is iterating right now; closing the response suffices.
+            with contextlib.suppress(RuntimeError):
+                await gen.aclose()
+        self._resp.close()
 
     def _broken(self, what: str) -> StreamBrokenError:
         return StreamBrokenError(f"upstream '{self._provider}' stream {what}")
@@ -257,7 +266,6 @@ class AnthropicStream(_EventStream):
     ) -> None:
         super().__init__(provider, resp, idle_timeout)
         self._translator = translator
-        self._gen: AsyncGenerator[dict[str, Any], None] | None = None
 
     def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
         if self._gen is None:
@@ -283,14 +291,6 @@ class AnthropicStream(_EventStream):
             else:
                 self._resp.close()
 
-    async def aclose(self) -> None:
-        gen = self._gen
-        if gen is not None:
-            # RuntimeError: another task is iterating right now; closing the response suffices.
-            with contextlib.suppress(RuntimeError):
-                await gen.aclose()
-        self._resp.close()
-
 
 class MessagesStream(_EventStream):
     """An accepted Anthropic SSE stream relayed as it is: iterating yields (event name, data
@@ -299,7 +299,6 @@ class MessagesStream(_EventStream):
 
     def __init__(self, provider: str, resp: aiohttp.ClientResponse, idle_timeout: float) -> None:
         super().__init__(provider, resp, idle_timeout)
-        self._gen: AsyncGenerator[tuple[str, bytes, dict[str, Any]], None] | None = None
         self._raw_usage: dict[str, Any] = {}
         self.stop_reason: str | None = None
 
@@ -342,10 +341,3 @@ class MessagesStream(_EventStream):
                 self._resp.release()
             else:
                 self._resp.close()
-
-    async def aclose(self) -> None:
-        gen = self._gen
-        if gen is not None:
-            with contextlib.suppress(RuntimeError):
-                await gen.aclose()
-        self._resp.close()
