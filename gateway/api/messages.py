@@ -14,12 +14,10 @@ from starlette.responses import Response
 
 from gateway.api.errors import error_headers, request_id_of
 from gateway.api.openapi import openapi_extra
-from gateway.api.routes import _json_body, _render
-from gateway.api.state import AppState, wanted_headers
+from gateway.api.routes import admitted, render
 from gateway.core.errors import SwitchyardError
 from gateway.flow import messages as flow
 from gateway.protocols.anthropic_messages import CountTokensRequest, MessagesRequest, error_body
-from gateway.protocols.openai_chat import validate
 
 router = APIRouter()
 FORWARDED = ("anthropic-version", "anthropic-beta")
@@ -39,23 +37,13 @@ async def _guarded(request: Request, handle: Callable[[Request], Awaitable[Respo
 
 
 async def _messages(request: Request) -> Response:
-    state: AppState = request.app.state.sy
-    svc = state.services
-    headers = wanted_headers(request.scope)
-    ex = state.open(request, headers, svc)
-    data = await _json_body(request, svc.policy.server.max_body_bytes, headers.get("content-length"))
-    validate(MessagesRequest, data)
+    svc, ex, data = await admitted(request, MessagesRequest)
     forwarded = {name: request.headers[name] for name in FORWARDED if name in request.headers}
-    return _render(await flow.messages(svc, data, forwarded, ex))
+    return render(await flow.messages(svc, data, forwarded, ex))
 
 
 async def _count_tokens(request: Request) -> Response:
-    state: AppState = request.app.state.sy
-    svc = state.services
-    headers = wanted_headers(request.scope)
-    ex = state.open(request, headers, svc)
-    data = await _json_body(request, svc.policy.server.max_body_bytes, headers.get("content-length"))
-    validate(CountTokensRequest, data)
+    svc, ex, data = await admitted(request, CountTokensRequest)
     return Response(orjson.dumps(await flow.count_tokens(svc, data, ex)), media_type="application/json")
 
 

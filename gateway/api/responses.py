@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from gateway.api.openapi import ERROR_RESPONSES, openapi_extra
-from gateway.api.routes import _admitted, _render, _state
+from gateway.api.routes import admitted, render, state_of
 from gateway.api.state import wanted_headers
 from gateway.core.errors import BadRequestError
 from gateway.flow import responses as flow
@@ -23,7 +23,7 @@ JSON = "application/json"
 
 
 def _caller(request: Request) -> tuple[Services, str]:
-    state = _state(request)
+    state = state_of(request)
     svc = state.services
     ex = state.open(request, wanted_headers(request.scope), svc)
     return svc, ex.principal.tenant
@@ -37,8 +37,8 @@ def _json(obj: dict[str, Any]) -> Response:
     "/v1/responses", responses=ERROR_RESPONSES, openapi_extra=openapi_extra(ResponsesRequest, streams=True)
 )
 async def create_response(request: Request) -> Response:
-    svc, ex, data = await _admitted(request, ResponsesRequest)
-    return _render(await flow.create(svc, data, ex))
+    svc, ex, data = await admitted(request, ResponsesRequest)
+    return render(await flow.create(svc, data, ex))
 
 
 @router.get("/v1/responses/{response_id}", responses=ERROR_RESPONSES)

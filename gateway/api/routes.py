@@ -45,7 +45,7 @@ router = APIRouter()
 JSON = "application/json"
 
 
-def _state(request: Request) -> AppState:
+def state_of(request: Request) -> AppState:
     state: AppState = request.app.state.sy
     return state
 
@@ -78,16 +78,16 @@ async def _json_body(request: Request, limit: int, length: str | None) -> Any:
     return data
 
 
-def _render(reply: Reply) -> Response:
+def render(reply: Reply) -> Response:
     if reply.stream is not None:
         headers = {**reply.headers, "cache-control": "no-cache", "x-accel-buffering": "no"}
         return SSEResponse(reply.stream, headers, reply.on_close)
     return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type=JSON)
 
 
-async def _admitted(request: Request, wire: type[BaseModel]) -> tuple[Services, Exchange, dict[str, Any]]:
+async def admitted(request: Request, wire: type[BaseModel]) -> tuple[Services, Exchange, dict[str, Any]]:
     """Authenticate, read the body within the size limit, validate it against ``wire``."""
-    state = _state(request)
+    state = state_of(request)
     svc = state.services  # one consistent set of parts for the whole request
     headers = wanted_headers(request.scope)
     ex = state.open(request, headers, svc)
@@ -109,25 +109,25 @@ async def _admitted(request: Request, wire: type[BaseModel]) -> tuple[Services, 
     openapi_extra=openapi_extra(ChatCompletionRequest, streams=True),
 )
 async def chat_completions(request: Request) -> Response:
-    svc, ex, data = await _admitted(request, ChatCompletionRequest)
-    return _render(await pipeline.chat(svc, chat_request(data), ex))
+    svc, ex, data = await admitted(request, ChatCompletionRequest)
+    return render(await pipeline.chat(svc, chat_request(data), ex))
 
 
 @router.post("/v1/completions", responses=ERROR_RESPONSES, openapi_extra=openapi_extra(CompletionRequest))
 async def completions(request: Request) -> Response:
-    svc, ex, data = await _admitted(request, CompletionRequest)
-    return _render(await pipeline.passthrough(svc, "completions", data, ex))
+    svc, ex, data = await admitted(request, CompletionRequest)
+    return render(await pipeline.passthrough(svc, "completions", data, ex))
 
 
 @router.post("/v1/embeddings", responses=ERROR_RESPONSES, openapi_extra=openapi_extra(EmbeddingRequest))
 async def embeddings(request: Request) -> Response:
-    svc, ex, data = await _admitted(request, EmbeddingRequest)
-    return _render(await pipeline.passthrough(svc, "embeddings", data, ex))
+    svc, ex, data = await admitted(request, EmbeddingRequest)
+    return render(await pipeline.passthrough(svc, "embeddings", data, ex))
 
 
 @router.get("/v1/models", responses=ERROR_RESPONSES)
 async def list_models(request: Request) -> Response:
-    state = _state(request)
+    state = state_of(request)
     svc = state.services
     ex = state.open(request, wanted_headers(request.scope), svc)
     created = int(time.time())
@@ -142,7 +142,7 @@ async def list_models(request: Request) -> Response:
 async def retrieve_model(request: Request, model_id: str) -> Response:
     """One model or route the caller may use (an alias the policy maps to a chat route too);
     404 in OpenAI's shape for anything else, whether it exists or the key may not see it."""
-    state = _state(request)
+    state = state_of(request)
     svc = state.services
     ex = state.open(request, wanted_headers(request.scope), svc)
     owner = dict(svc.router.visible_models(ex.principal)).get(model_id)
@@ -165,7 +165,7 @@ async def healthz() -> Response:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> Response:
-    svc = _state(request).services
+    svc = state_of(request).services
     checks = {"policy": True, "ledger": svc.ledger.healthy()}
     if svc.cache.backend == "redis":
         checks["redis"] = await svc.cache.ping()
@@ -176,7 +176,7 @@ async def readyz(request: Request) -> Response:
 
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    svc = _state(request).services
+    svc = state_of(request).services
     m = svc.metrics
     m.ledger_pending.set(svc.ledger.pending())
     m.ledger_outbox.set(svc.ledger.outbox_rows())
@@ -188,7 +188,7 @@ async def metrics(request: Request) -> Response:
 
 @router.post("/admin/policy/reload")
 async def reload_policy(request: Request) -> Response:
-    state = _state(request)
+    state = state_of(request)
     require_admin(request.headers, state.gateway.settings.admin_key)
     error = await state.gateway.reload()
     if error is not None:
