@@ -152,7 +152,7 @@ def test_series_buckets_and_csv(tmp_path: Path) -> None:
     text = to_csv(spend_series(path, "model", "day", None, tenant="beta"))
     lines = text.splitlines()
     assert lines[0] == (
-        "bucket,group,requests,errors,unpriced,input_tokens,cached_tokens,output_tokens,"
+        "bucket,group,requests,errors,unpriced,input_tokens,cached_tokens,cached_share,output_tokens,"
         "cost_usd,baseline_cost_usd,savings_usd"
     )
     assert lines[1].startswith("2025-12-01,gpt-4o,1,0,0,") and lines[1].endswith(
