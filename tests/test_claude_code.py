@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from decimal import Decimal
@@ -18,21 +17,15 @@ from typing import Any
 import pytest
 
 from load_tests.mock_upstream import MockUpstream
-from tests.conftest import service_unavailable
+from tests.agent_cli import cli_binary
 from tests.gateway_harness import RunningGateway, mock_policy, start_gateway
 
 REPO = Path(__file__).resolve().parent.parent
 CLAUDE_VERSION = "2.1.332"
-INSTALL = f"npm install --prefix .tools @anthropic-ai/claude-code@{CLAUDE_VERSION}"
 
 
 def claude_binary() -> str:
-    local = REPO / ".tools" / "node_modules" / ".bin" / "claude"
-    found = str(local) if local.exists() else shutil.which("claude")
-    if found is None:
-        service_unavailable("the Claude Code CLI", f"install it with `{INSTALL}`")
-        raise AssertionError("unreachable")
-    return found
+    return cli_binary("claude", "@anthropic-ai/claude-code", CLAUDE_VERSION)
 
 
 @pytest.fixture

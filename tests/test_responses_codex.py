@@ -11,28 +11,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from load_tests.mock_upstream import MockUpstream
-from tests.conftest import service_unavailable
+from tests.agent_cli import cli_binary
 from tests.gateway_harness import RunningGateway
 
 REPO = Path(__file__).resolve().parent.parent
 CODEX_VERSION = "0.169.0"
-INSTALL = f"npm install --prefix .tools @openai/codex@{CODEX_VERSION}"
 
 
 def codex_binary() -> str:
-    local = REPO / ".tools" / "node_modules" / ".bin" / "codex"
-    found = str(local) if local.exists() else shutil.which("codex")
-    if found is None:
-        service_unavailable("the Codex CLI", f"install it with `{INSTALL}`")
-        raise AssertionError("unreachable")
-    return found
+    return cli_binary("codex", "@openai/codex", CODEX_VERSION)
 
 
 def run_codex(gw: RunningGateway, tmp_path: Path, prompt: str) -> list[dict[str, Any]]:
