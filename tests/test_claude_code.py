@@ -20,7 +20,6 @@ from load_tests.mock_upstream import MockUpstream
 from tests.agent_cli import cli_binary
 from tests.gateway_harness import RunningGateway, mock_policy, start_gateway
 
-REPO = Path(__file__).resolve().parent.parent
 CLAUDE_VERSION = "2.1.332"
 
 

@@ -20,7 +20,6 @@ from load_tests.mock_upstream import MockUpstream
 from tests.agent_cli import cli_binary
 from tests.gateway_harness import RunningGateway
 
-REPO = Path(__file__).resolve().parent.parent
 CODEX_VERSION = "0.169.0"
 
 
