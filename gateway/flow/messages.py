@@ -40,15 +40,8 @@ from gateway.flow.stream import YIELD_EVERY
 from gateway.flow.upstream import attempt, metered
 from gateway.ledger.meter import estimate_usage
 from gateway.ledger.tokens import count_prompt_tokens
-from gateway.protocols.anthropic_messages import (
-    ChunkEncoder,
-    cache_breakpoints,
-    error_body,
-    frame,
-    from_chat,
-    message_frames,
-    to_chat,
-)
+from gateway.protocols.anthropic_events import ChunkEncoder, frame, message_frames
+from gateway.protocols.anthropic_messages import cache_breakpoints, error_body, from_chat, to_chat
 from gateway.routing.plan import RoutePlan
 from gateway.routing.sticky import conversation_key
 
