@@ -1,10 +1,13 @@
-"""Gateway overhead benchmark: the same load direct to the mock upstream and through the gateway.
+"""Gateway overhead benchmark: the same load direct to the mock upstream, through a bare
+pass-through proxy (the floor) and through the gateway, in the same run.
 
-    python -m load_tests.bench [--quick] [--out DIR] [--runs N] [--direct-only]
+    python -m load_tests.bench [--quick] [--out DIR] [--runs N] [--direct-only] [--no-floor]
 
-Starts the mock upstream (zero latency) and ``switchyard serve`` as subprocesses, pins
-the gateway to CPU 0 and the mock plus this load generator to CPU 1, runs each
-scenario against both, and writes ``bench-<UTC>.json`` and ``.md`` under DIR.
+Starts the mock upstream (zero latency), the pass-through floor (``load_tests.bench_floor``,
+aiohttp) and ``switchyard serve`` as subprocesses, pins the gateway and the floor to CPU 0 and
+the mock plus this load generator to CPU 1, runs each scenario against all three (in turn, so
+the floor and the gateway never share their core under load), samples the gateway's RSS idle,
+after the load and at its peak, and writes ``bench-<UTC>.json`` and ``.md`` under DIR.
 """
 
 from __future__ import annotations
@@ -21,13 +24,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from load_tests.bench_procs import BenchSetupError, GatewayProcess, MockProcess, machine_info
+from load_tests.bench_procs import (
+    BenchSetupError,
+    FloorProcess,
+    GatewayProcess,
+    MockProcess,
+    cpu_seconds,
+    machine_info,
+    memory_mb,
+)
 from load_tests.bench_report import SCENARIO_CHECKS, evaluate, render_markdown
 from load_tests.loadgen import LoadSpec, Report, chat_body, run_closed_loop, run_open_loop
 from load_tests.mock_upstream import new_event_loop
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "reports"
 CACHE_HEADER = "x-switchyard-cache"
+IDLE_SETTLE_S = 2.0  # before an RSS sample: let the boot / the last requests' work finish
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,7 @@ class Endpoint:
     url: str
     model: str
     headers: dict[str, str]
+    pid: int | None = None  # the server process whose CPU each request costs (None: the mock)
 
 
 @dataclass(frozen=True)
@@ -88,14 +101,24 @@ def _spec(ep: Endpoint, sc: Scenario, tag: str, duration: float) -> LoadSpec:
     )
 
 
-async def run_scenario(ep: Endpoint, sc: Scenario, run: int, durations: Durations) -> Report:
+async def run_scenario(ep: Endpoint, sc: Scenario, run: int, durations: Durations) -> dict[str, Any]:
+    """One measured run (after a warm-up) as a report dict, with ``cpu_us_per_request``: the
+    server process's CPU (user + system, from /proc) over the measured part / requests."""
     tag = f"{sc.name}-{run}-{ep.name}-{secrets.token_hex(4)}"
     # identical-request scenarios warm the very request they then measure
     warm = _spec(ep, sc, tag + "-warm" if sc.vary else tag, durations.warmup_s)
     await run_closed_loop(warm, min(sc.concurrency or 8, 32))
+    cpu0 = cpu_seconds(ep.pid)
+    report: Report
     if sc.rps is not None:
-        return await run_open_loop(_spec(ep, sc, tag, durations.open_s), sc.rps)
-    return await run_closed_loop(_spec(ep, sc, tag, durations.closed_s), sc.concurrency or 1)
+        report = await run_open_loop(_spec(ep, sc, tag, durations.open_s), sc.rps)
+    else:
+        report = await run_closed_loop(_spec(ep, sc, tag, durations.closed_s), sc.concurrency or 1)
+    cpu1 = cpu_seconds(ep.pid)
+    out = report.to_dict()
+    used = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
+    out["cpu_us_per_request"] = used / report.count * 1e6 if used is not None and report.count else None
+    return out
 
 
 def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -118,6 +141,7 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "ttft_p50_ms": med([r["ttft_ms"]["p50"] for r in reports]),
         "ttft_p99_ms": med([r["ttft_ms"]["p99"] for r in reports]),
         "rps": med([r["achieved_rps"] for r in reports]),
+        "cpu_us_per_request": med([r.get("cpu_us_per_request") for r in reports]),
         "count": sum(r["count"] for r in reports),
         "errors": errors,
         "header_counts": headers,
@@ -131,12 +155,11 @@ async def run_all(endpoints: list[Endpoint], runs: int, durations: Durations) ->
     for run in range(runs):
         for sc in SCENARIOS:
             for ep in endpoints:
-                report = await run_scenario(ep, sc, run, durations)
-                raw[sc.name][ep.name].append(report.to_dict())
+                raw[sc.name][ep.name].append(await run_scenario(ep, sc, run, durations))
     out: dict[str, Any] = {}
     for sc in SCENARIOS:
         entry: dict[str, Any] = {"title": sc.title, "params": sc.__dict__, "runs": raw[sc.name]}
-        for name in ("direct", "gateway"):
+        for name in ("direct", "floor", "gateway"):
             entry[name] = summarize(raw[sc.name][name]) if raw[sc.name].get(name) else None
         out[sc.name] = entry
     return out
@@ -155,6 +178,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=None, help="repetitions (default 3, or 1 with --quick)")
     p.add_argument("--direct-only", action="store_true", help="measure only the mock (no gateway)")
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
+    p.add_argument("--no-floor", action="store_true", help="skip the pass-through floor")
     p.add_argument(
         "--gateway-env",
         action="append",
@@ -188,29 +212,43 @@ def bench(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     gateway_info: dict[str, Any] = {"error": None, "env": gateway_env}
     mock = MockProcess.start(load_cpus)
     gateway: GatewayProcess | None = None
+    floor: FloorProcess | None = None
+    memory: dict[str, Any] = {}
     try:
         endpoints = [Endpoint("direct", mock.url, "mock-small", {"authorization": "Bearer mock-key"})]
+        if not args.direct_only and not args.no_floor:
+            floor = FloorProcess.start(mock.url, gw_cpus)
+            auth = {"authorization": "Bearer x"}
+            endpoints.append(Endpoint("floor", floor.url, "mock-small", auth, floor.proc.pid))
         with tempfile.TemporaryDirectory(prefix="switchyard-bench-") as home:
             if not args.direct_only:
                 try:
                     gateway, key = GatewayProcess.start(
                         Path(home), mock.port, secrets.token_hex(16), gw_cpus, extra_env=gateway_env
                     )
-                    endpoints.append(
-                        Endpoint("gateway", gateway.url, "bench", {"authorization": f"Bearer {key}"})
-                    )
+                    auth = {"authorization": f"Bearer {key}"}
+                    endpoints.append(Endpoint("gateway", gateway.url, "bench", auth, gateway.proc.pid))
                 except BenchSetupError as exc:
                     gateway_info["error"] = str(exc)
+            if gateway is not None:
+                time.sleep(IDLE_SETTLE_S)
+                memory["idle"] = memory_mb(gateway.proc.pid)
             loop = new_event_loop()
             try:
                 scenarios = loop.run_until_complete(run_all(endpoints, runs, durations))
             finally:
                 loop.close()
             if gateway is not None:
+                time.sleep(IDLE_SETTLE_S)  # the load is over: what stays is what the gateway keeps
+                memory["after_load"] = memory_mb(gateway.proc.pid)
                 gateway_info["log_tail"] = gateway.log_tail(1000)
+            if floor is not None:
+                memory["floor_after_load"] = memory_mb(floor.proc.pid)
     finally:
         if gateway is not None:
             gateway.stop()
+        if floor is not None:
+            floor.stop()
         mock.stop()
     report = {
         "kind": "switchyard-bench",
@@ -222,8 +260,9 @@ def bench(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         "machine": machine,
         "gateway": gateway_info,
         "scenarios": scenarios,
+        "memory": memory_summary(memory),
     }
-    report["rows"], report["pass"] = evaluate(scenarios)
+    report["rows"], report["pass"] = evaluate(scenarios, memory_summary(memory))
     status = 0 if gateway is not None or args.direct_only else 2
     return report, status
 
@@ -248,6 +287,22 @@ def main(argv: list[str] | None = None) -> int:
     if report["gateway"]["error"]:
         print(f"gateway unavailable: {report['gateway']['error']}", file=sys.stderr)
     return status
+
+
+def memory_summary(samples: dict[str, Any]) -> dict[str, Any]:
+    """The gateway's RSS idle (after boot), after the load (once quiet) and its peak (VmHWM),
+    in MB, and the after/idle ratio; the floor's RSS for comparison."""
+    idle, after = samples.get("idle"), samples.get("after_load")
+    out: dict[str, Any] = {
+        "idle_mb": idle["rss_mb"] if idle else None,
+        "after_load_mb": after["rss_mb"] if after else None,
+        "peak_mb": after["peak_mb"] if after else None,
+        "floor_mb": (samples.get("floor_after_load") or {}).get("rss_mb"),
+    }
+    out["after_over_idle"] = (
+        round(out["after_load_mb"] / out["idle_mb"], 3) if out["idle_mb"] and out["after_load_mb"] else None
+    )
+    return out
 
 
 __all__ = ["SCENARIOS", "SCENARIO_CHECKS", "bench", "main"]

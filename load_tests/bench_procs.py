@@ -139,6 +139,88 @@ class MockProcess:
             self.proc.stdout.close()
 
 
+@dataclass
+class FloorProcess:
+    """``load_tests.bench_floor``: the bare aiohttp pass-through in front of the mock."""
+
+    proc: subprocess.Popen[str]
+    url: str
+
+    @classmethod
+    def start(cls, upstream: str, cpus: set[int] | None, timeout: float = 20.0) -> FloorProcess:
+        cmd = [sys.executable, "-m", "load_tests.bench_floor", "--upstream", upstream, "--port", "0"]
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env_with_root(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        if cpus:
+            pin_tree(proc.pid, cpus)
+        assert proc.stdout is not None
+        line = _read_line(proc.stdout, timeout).strip()
+        if not line.startswith("listening on "):
+            stop_process(proc)
+            proc.stdout.close()
+            raise BenchSetupError(f"pass-through floor did not start (got {line!r})")
+        if cpus:
+            pin_tree(proc.pid, cpus)
+        return cls(proc, line.split()[-1])
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its descendants (via /proc/PID/task/TID/children)."""
+    out: list[int] = []
+    todo = [pid]
+    while todo and len(out) < 256:
+        current = todo.pop()
+        if current in out:
+            continue
+        out.append(current)
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{current}/task"):
+                with contextlib.suppress(OSError, ValueError):
+                    children = Path(f"/proc/{current}/task/{tid}/children").read_text()
+                    todo.extend(int(c) for c in children.split())
+    return out
+
+
+def memory_mb(pid: int) -> dict[str, float] | None:
+    """RSS and peak RSS (VmHWM) in MB of a process tree, from /proc; None when unreadable."""
+    rss = hwm = 0
+    seen = False
+    for p in tree_pids(pid):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss += int(line.split()[1])
+                    seen = True
+                elif line.startswith("VmHWM:"):
+                    hwm += int(line.split()[1])
+    if not seen:
+        return None
+    return {"rss_mb": round(rss / 1024, 1), "peak_mb": round(hwm / 1024, 1)}
+
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds a process tree has used so far (/proc/PID/stat)."""
+    if pid is None:
+        return None
+    total = 0.0
+    seen = False
+    for p in tree_pids(pid):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime
+            seen = True
+    return total if seen else None
+
+
 def switchyard_cmd() -> list[str]:
     script = Path(sys.executable).parent / "switchyard"
     if script.exists():

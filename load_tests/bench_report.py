@@ -14,6 +14,8 @@ class Check:
 
     ``kind`` "added": gateway minus direct must be <= ``limit`` (ms).
     ``kind`` "rps": gateway req/s must be >= ``limit``; the ratio gateway/direct is shown.
+    ``kind`` "floor": gateway req/s / the pass-through floor's req/s must be >= ``limit``.
+    ``kind`` "cpu": server CPU µs per request (floor and gateway; ratio gateway / floor).
     """
 
     scenario: str
@@ -30,7 +32,15 @@ SCENARIO_CHECKS = (
     Check("stream_open_100", "TTFT p99", "ttft_p99_ms", "added", None),
     Check("closed_32_miss", "throughput", "rps", "rps", 3000.0),
     Check("closed_32_hit", "throughput", "rps", "rps", 6000.0),
+    Check("closed_32_miss", "throughput / floor", "rps", "floor", 0.70),
+    Check("closed_32_hit", "throughput / floor", "rps", "floor", 0.70),
+    Check("nonstream_open_300", "server CPU / request", "cpu_us_per_request", "cpu", None),
+    Check("closed_32_miss", "server CPU / request", "cpu_us_per_request", "cpu", None),
+    Check("closed_32_hit", "server CPU / request", "cpu_us_per_request", "cpu", None),
 )
+UNITS = {"added": "ms", "rps": "req/s", "floor": "req/s", "cpu": "µs"}
+IDLE_LIMIT_MB = 150.0
+AFTER_LOAD_LIMIT = 1.2  # x idle
 
 
 def _errors(summary: dict[str, Any] | None) -> int | None:
@@ -38,15 +48,17 @@ def _errors(summary: dict[str, Any] | None) -> int | None:
 
 
 def _row(check: Check, entry: dict[str, Any]) -> dict[str, Any]:
-    direct, gateway = entry.get("direct"), entry.get("gateway")
+    direct, gateway, floor = entry.get("direct"), entry.get("gateway"), entry.get("floor")
     d = direct.get(check.metric) if direct else None
     g = gateway.get(check.metric) if gateway else None
+    f = floor.get(check.metric) if floor else None
     row: dict[str, Any] = {
         "scenario": check.scenario,
         "title": entry["title"],
         "metric": check.label,
-        "unit": "req/s" if check.kind == "rps" else "ms",
+        "unit": UNITS[check.kind],
         "direct": d,
+        "floor": f,
         "gateway": g,
         "added": None,
         "ratio": None,
@@ -60,6 +72,13 @@ def _row(check: Check, entry: dict[str, Any]) -> dict[str, Any]:
             row["target"] = f"added <= {check.limit:g} ms"
             if row["added"] is not None:
                 row["pass"] = row["added"] <= check.limit and row["errors"]["gateway"] == 0
+    elif check.kind == "cpu":
+        row["ratio"] = (g / f) if f and g is not None else None
+    elif check.kind == "floor":
+        row["ratio"] = (g / f) if f and g is not None else None
+        row["target"] = f"gateway/floor >= {check.limit:g}"
+        if row["ratio"] is not None and check.limit is not None:
+            row["pass"] = row["ratio"] >= check.limit and row["errors"]["gateway"] == 0
     else:
         row["ratio"] = (g / d) if d and g is not None else None
         if check.limit is not None:
@@ -69,9 +88,39 @@ def _row(check: Check, entry: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def evaluate(scenarios: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+def memory_rows(memory: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """RSS rows (gateway figures in MB; the floor's RSS after load beside them)."""
+    if not memory or memory.get("idle_mb") is None:
+        return []
+    idle, after, peak = memory["idle_mb"], memory.get("after_load_mb"), memory.get("peak_mb")
+    ratio = memory.get("after_over_idle")
+
+    def row(metric: str, value: float | None, target: str | None, ok: bool | None) -> dict[str, Any]:
+        return {
+            "scenario": "memory", "title": "gateway RSS", "metric": metric, "unit": "MB",
+            "direct": None, "floor": memory.get("floor_mb"), "gateway": value, "added": None,
+            "ratio": ratio if metric == "RSS after load" else None, "target": target, "pass": ok,
+            "errors": {"direct": None, "gateway": None},
+        }  # fmt: skip
+
+    return [
+        row("RSS idle", idle, f"<= {IDLE_LIMIT_MB:g} MB", idle <= IDLE_LIMIT_MB),
+        row(
+            "RSS after load",
+            after,
+            f"<= {AFTER_LOAD_LIMIT:g} x idle",
+            None if ratio is None else ratio <= AFTER_LOAD_LIMIT,
+        ),
+        row("RSS peak", peak, None, None),
+    ]
+
+
+def evaluate(
+    scenarios: dict[str, Any], memory: dict[str, Any] | None = None
+) -> tuple[list[dict[str, Any]], bool]:
     """Table rows and whether every target passed (False if any is missing)."""
     rows = [_row(c, scenarios[c.scenario]) for c in SCENARIO_CHECKS if c.scenario in scenarios]
+    rows += memory_rows(memory)
     targeted = [r for r in rows if r["target"] is not None]
     return rows, bool(targeted) and all(r["pass"] is True for r in targeted)
 
@@ -79,11 +128,15 @@ def evaluate(scenarios: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
 def _num(value: float | None, unit: str) -> str:
     if value is None:
         return "n/a"
+    if unit == "MB":
+        return f"{value:,.1f} MB"
+    if unit == "µs":
+        return f"{value:,.0f} µs"
     return f"{value:,.0f}" if unit == "req/s" else f"{value:.3f} ms"
 
 
 def _delta(row: dict[str, Any]) -> str:
-    if row["unit"] == "req/s":
+    if row["unit"] in ("req/s", "MB", "µs"):
         return "n/a" if row["ratio"] is None else f"x{row['ratio']:.2f}"
     return "n/a" if row["added"] is None else f"{row['added']:+.3f} ms"
 
@@ -106,14 +159,19 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- CPU pinning: {pin_text}",
         f"- Mode: {'quick' if report['quick'] else 'full'}, {report['runs']} run(s), medians over runs; "
         f"durations {report['durations']}; elapsed {report['elapsed_s']} s",
-        "- Upstream: load_tests.mock_upstream, zero latency; gateway `switchyard serve --workers 1`",
+        "- Upstream: load_tests.mock_upstream, zero latency; gateway `switchyard serve --workers 1`; "
+        "floor: `load_tests.bench_floor` (bare aiohttp pass-through) on the gateway's core",
+        "- added / ratio: gateway minus direct (ms), gateway / direct (req/s), gateway / floor "
+        "(throughput / floor and CPU rows), after load / idle (RSS); server CPU / request: the "
+        "process's user + system CPU (/proc) over the measured part / requests",
         "",
-        "| scenario | metric | direct | gateway | added / ratio | target | result |",
-        "|---|---|---|---|---|---|---|",
+        "| scenario | metric | direct | floor | gateway | added / ratio | target | result |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in report["rows"]:
         lines.append(
             f"| {row['title']} | {row['metric']} | {_num(row['direct'], row['unit'])} | "
+            f"{_num(row.get('floor'), row['unit'])} | "
             f"{_num(row['gateway'], row['unit'])} | {_delta(row)} | {row['target'] or '-'} | "
             f"{_verdict(row['pass'])} |"
         )
@@ -125,7 +183,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
     ]
     for name, entry in report["scenarios"].items():
-        for side in ("direct", "gateway"):
+        for side in ("direct", "floor", "gateway"):
             s = entry.get(side)
             if s is not None:
                 lines.append(

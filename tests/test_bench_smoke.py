@@ -41,11 +41,17 @@ def test_bench_quick_reports_every_scenario(tmp_path: Path) -> None:
     assert set(report["scenarios"]) == {s.name for s in SCENARIOS} == set(METRICS)
     for name, metrics in METRICS.items():
         entry = report["scenarios"][name]
-        for side in ("direct", "gateway"):
+        for side in ("direct", "floor", "gateway"):
             summary = entry[side]
             assert summary is not None, (name, side)
             assert summary["count"] > 0 and not summary["errors"], (name, side, summary["errors"])
             for metric in metrics:
                 assert isinstance(summary[metric], float | int) and summary[metric] > 0, (name, side, metric)
     assert report["scenarios"]["closed_32_hit"]["gateway"]["header_counts"].get("hit", 0) > 0
-    assert len(report["rows"]) == 6 and "| scenario |" in proc.stdout
+    rows = {(r["scenario"], r["metric"]): r for r in report["rows"]}
+    assert len(rows) == len(report["rows"]) == 14 and "| scenario |" in proc.stdout
+    # the pass-through floor ran in the same run, and the gateway's RSS was sampled
+    assert rows[("closed_32_miss", "throughput / floor")]["ratio"] > 0
+    assert rows[("closed_32_miss", "server CPU / request")]["gateway"] > 0
+    memory = report["memory"]
+    assert 0 < memory["idle_mb"] <= memory["peak_mb"] and memory["after_load_mb"] > 0
