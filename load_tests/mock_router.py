@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from load_tests import mock_anthropic, mock_openai
+from load_tests import mock_anthropic, mock_openai, mock_responses
 from load_tests.mock_reply import Reply, anthropic_error, json_reply, openai_error
 from load_tests.mock_state import FaultError, MockState, Settings
 
@@ -102,6 +102,8 @@ class MockApp:
             return mock_openai.chat_completion(body, tokens, rid, now)
         if key == ("POST", "/v1/messages"):
             return mock_anthropic.messages(body, req.headers, tokens, rid, self.state.cache_lookup)
+        if key == ("POST", "/v1/responses"):
+            return mock_responses.responses(body, tokens, rid, self.state.cache_lookup)
         if key == ("POST", "/v1/completions"):
             return mock_openai.completion(body, tokens, rid, now)
         if key == ("POST", "/v1/embeddings"):

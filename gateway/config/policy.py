@@ -68,6 +68,18 @@ class ProviderPolicy(_Strict):
     # turns) with cache_control when it is long enough to be cached (gateway/providers/
     # anthropic_wire.py, add_cache_breakpoints, says when a write pays for itself).
     auto_cache_control: bool = False
+    # Speaks the OpenAI Responses API (``POST {base_url}/responses``): /v1/responses requests
+    # routed here are passed through (body unchanged but ``model``, events relayed as sent)
+    # instead of translated to chat. null: true for type openai on api.openai.com, else false
+    # (vLLM and most OpenAI-compatible servers serve chat completions only).
+    responses: bool | None = None
+
+    @property
+    def speaks_responses(self) -> bool:
+        if self.responses is not None:
+            return self.responses
+        host = self.base_url.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0].lower()
+        return self.type == "openai" and host == "api.openai.com" and not self.replicas
 
     @field_validator("replicas")
     @classmethod
@@ -310,6 +322,8 @@ class Policy(_Strict):
         for pname, prov in self.providers.items():
             if prov.type != "openai" and (prov.replicas or prov.load is not None):
                 errors.append((f"providers.{pname}", "replicas/load are for OpenAI-compatible engines"))
+            if prov.responses and (prov.type != "openai" or prov.replicas):
+                errors.append((f"providers.{pname}.responses", "only for type openai without replicas"))
         for name, model in self.models.items():
             if model.provider not in self.providers:
                 errors.append((f"models.{name}.provider", f"unknown provider '{model.provider}'"))

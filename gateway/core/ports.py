@@ -238,6 +238,31 @@ class MessagesUpstream(Protocol):
     ) -> MessagesStream: ...
 
 
+class ResponsesStream(Protocol):
+    """An accepted OpenAI Responses stream: (event type, data bytes as sent, parsed data).
+    Iteration ends after the terminal event (``response.completed``, ``.incomplete`` or
+    ``.failed``; ``response`` then holds its Response object); an ``error`` event, a malformed
+    event or an end before a terminal event raises StreamBrokenError."""
+
+    usage: Usage | None
+    response: dict[str, Any] | None
+
+    def __aiter__(self) -> AsyncIterator[tuple[str, bytes, dict[str, Any]]]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ResponsesUpstream(Protocol):
+    """A provider that speaks the OpenAI Responses API itself: the client's body goes out as
+    it is (only ``model`` replaced), the answer comes back as it is."""
+
+    async def responses(self, body: dict[str, Any], target: Target, timeout: float) -> RawResult: ...
+
+    async def responses_stream(
+        self, body: dict[str, Any], target: Target, timeout: float, idle_timeout: float
+    ) -> ResponsesStream: ...
+
+
 class StoredResponse(Protocol):
     """One stored Responses API response: the Response object and the request's own input items."""
 

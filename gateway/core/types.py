@@ -66,6 +66,21 @@ def usage_from_openai(obj: Any) -> Usage | None:
     )
 
 
+def usage_from_responses(raw: Any) -> Usage | None:
+    """A Responses API ``usage`` object -> ``Usage`` (``input_tokens`` includes the cached
+    tokens, ``output_tokens`` the reasoning tokens, as OpenAI counts them)."""
+    if not isinstance(raw, dict):
+        return None
+    details = raw.get("input_tokens_details")
+    odetails = raw.get("output_tokens_details")
+    return Usage(
+        input_tokens=_count(raw.get("input_tokens")),
+        output_tokens=_count(raw.get("output_tokens")),
+        cached_input_tokens=_count(details.get("cached_tokens")) if isinstance(details, dict) else None,
+        reasoning_tokens=_count(odetails.get("reasoning_tokens")) if isinstance(odetails, dict) else None,
+    )
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 

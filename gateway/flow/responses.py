@@ -10,36 +10,36 @@ A stored response is written, and the ledger row committed, before the client se
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from gateway.cache.replay import StreamAssembler, completion_to_chunks
-from gateway.core.errors import (
-    InternalError,
-    NotFoundError,
-    StreamBrokenError,
-    UpstreamError,
-    UpstreamTimeoutError,
-)
-from gateway.core.ports import Provider, StoredResponse
-from gateway.core.redact import redact
-from gateway.core.types import ChatRequest, ChatStream, Target
+from gateway.core.errors import NotFoundError, SwitchyardError
+from gateway.core.ports import Provider, ResponsesStream, ResponsesUpstream, StoredResponse
+from gateway.core.types import ChatRequest, ChatStream, RawResult, Target
 from gateway.flow import caching
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import durable, record
 from gateway.flow.pipeline import _classify, admit, guarded, reserve
 from gateway.flow.reply import Reply, headers
 from gateway.flow.services import Services
-from gateway.flow.stream import YIELD_EVERY
-from gateway.flow.upstream import attempt, estimate
-from gateway.protocols.openai_responses import Item, from_chat, input_items, new_id, skeleton, to_chat
-from gateway.protocols.openai_responses_events import EventEncoder, frame
+from gateway.flow.stream import END, Frames, on_close, open_first, relay_frames
+from gateway.flow.upstream import attempt, estimate, metered
+from gateway.protocols.openai_responses import (
+    Item,
+    from_chat,
+    input_items,
+    new_id,
+    skeleton,
+    to_chat,
+    upstream_item,
+)
+from gateway.protocols.openai_responses_events import EventEncoder, frame, raw_frame
 from gateway.routing.params import apply_params
 from gateway.routing.plan import RoutePlan
 from gateway.routing.sticky import conversation_key
@@ -67,6 +67,35 @@ class _Turn:
     def skeleton(self) -> Item:
         return skeleton(self.body, self.rid, self.created_at)
 
+    @property
+    def previous(self) -> str | None:
+        prev = self.body.get("previous_response_id")
+        return prev if isinstance(prev, str) else None
+
+    def upstream_body(self) -> dict[str, Any]:
+        """What a Responses upstream gets: the client's body (only ``model`` is replaced, by
+        the provider); a chain the gateway stores is sent whole (the stored items, then this
+        input) instead of ``previous_response_id``, so it continues on any route."""
+        if self.previous is None:
+            return self.body
+        raw = self.body["input"]
+        own = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw)
+        out = {k: v for k, v in self.body.items() if k != "previous_response_id"}
+        out["input"] = [*map(upstream_item, self.history), *own]
+        return out
+
+    def relinked(self, response: Item) -> Item:
+        """The upstream's Response with the chain the client named (the upstream saw none)."""
+        if self.previous is None:
+            return response
+        return {**response, "previous_response_id": self.previous}
+
+    def relinked_event(self, raw: bytes, data: Item) -> bytes:
+        response = data.get("response")
+        if self.previous is None or not isinstance(response, dict):
+            return raw
+        return orjson.dumps({**data, "response": self.relinked(response)})
+
 
 def _not_found(rid: str, param: str | None = None) -> NotFoundError:
     return NotFoundError(f"No response found with id '{rid}'.", param=param, code="response_not_found")
@@ -85,9 +114,9 @@ async def _turn(svc: Services, body: dict[str, Any], ex: Exchange) -> _Turn:
     return _Turn(body, items, history, chat, dropped)
 
 
-def _headers(ex: Exchange, turn: _Turn) -> dict[str, str]:
+def _headers(ex: Exchange, turn: _Turn, native: bool = False) -> dict[str, str]:
     out = headers(ex)
-    if turn.dropped:
+    if turn.dropped and not native:
         out["x-switchyard-dropped"] = ",".join(turn.dropped)
     return out
 
@@ -100,6 +129,12 @@ async def _save(svc: Services, turn: _Turn, response: Item, ex: Exchange) -> Non
 
 
 # --------------------------------------------------------------------------- create
+def _native(svc: Services, target: Target | None) -> bool:
+    """The target's provider speaks the Responses API (policy ``providers.X.responses``)."""
+    provider = svc.policy.providers.get(target.provider) if target is not None else None
+    return provider is not None and provider.speaks_responses
+
+
 async def create(svc: Services, body: dict[str, Any], ex: Exchange) -> Reply:
     ex.endpoint, ex.requested, ex.stream = "responses", str(body["model"]), bool(body.get("stream"))
     async with guarded(svc, ex):
@@ -108,9 +143,12 @@ async def create(svc: Services, body: dict[str, Any], ex: Exchange) -> Reply:
         # a previous_response_id chain keeps its leading messages, so it keeps its model too
         ex.conversation = conversation_key(ex.principal.tenant, plan.name, turn.chat)
         chat = turn.chat = apply_params(turn.chat, plan.policy.params)
-        key = caching.cache_key(svc, plan, chat, ex)
+        # A cached chat answer would lose what a pass-through keeps (reasoning items, unknown
+        # fields): routes that may pass through skip the caches.
+        passes = any(_native(svc, t) for t in plan.targets)
+        key = None if passes else caching.cache_key(svc, plan, chat, ex)
         if key is not None and ex.cache == "miss":
-            hit = await caching.cache_get(svc, key)
+            hit = await caching.cache_get(svc, key, ex)
             if hit is not None:
                 return await _replay(svc, hit, turn, ex, "hit")
             sem = await caching.semantic_get(svc, plan, chat, ex)
@@ -120,20 +158,33 @@ async def create(svc: Services, body: dict[str, Any], ex: Exchange) -> Reply:
         plan = await reserve(svc, plan, chat, ex)
         if ex.stream:
             return await _open_stream(svc, plan, turn, ex, key)
-        result = await attempt(svc, plan, ex, lambda p, t, s: p.chat(chat, t, s))
-        ex.usage = result.usage
-        if result.usage.input_tokens is None or result.usage.output_tokens is None:
-            ex.usage = estimate(chat, result.body, ex, result.usage)
-        if key is not None and caching.cacheable(result.body):
-            caching.store(svc, plan, ex, key, orjson.dumps(result.body))
-        response = from_chat(turn.body, result.body, turn.rid, turn.created_at, ex.usage)
+        result = await attempt(svc, plan, ex, lambda p, t, s: _call(svc, turn, p, t, s))
+        native = _native(svc, ex.target)
+        if native:
+            ex.usage = metered(svc, chat, None, ex, result.usage)
+            response = turn.relinked(result.body)
+        else:
+            ex.usage = result.usage
+            if result.usage.input_tokens is None or result.usage.output_tokens is None:
+                ex.usage = estimate(chat, result.body, ex, result.usage)
+            if key is not None and caching.cacheable(result.body):
+                caching.store(svc, plan, ex, key, orjson.dumps(result.body))
+            response = from_chat(turn.body, result.body, turn.rid, turn.created_at, ex.usage)
         await _save(svc, turn, response, ex)
     record(svc, ex)
-    return await durable(ex, Reply(_headers(ex, turn), body=orjson.dumps(response)))
+    return await durable(ex, Reply(_headers(ex, turn, native), body=orjson.dumps(response)))
+
+
+async def _call(svc: Services, turn: _Turn, provider: Provider, target: Target, timeout: float) -> RawResult:
+    if _native(svc, target):
+        return await cast(ResponsesUpstream, provider).responses(turn.upstream_body(), target, timeout)
+    result = await provider.chat(turn.chat, target, timeout)
+    return RawResult(result.body, result.usage)
 
 
 async def _replay(svc: Services, hit: bytes, turn: _Turn, ex: Exchange, status: str) -> Reply:
     """A cached chat answer as a Response (or its events); metered at cost 0 by caching.replay."""
+    hit = caching.unwrap(hit, ex)  # the answer's JSON; who produced it goes on ex.origin
     caching.replay(svc, hit, ChatRequest(turn.chat, stream=False, include_usage=False), ex, status)
     completion = orjson.loads(hit)
     if not ex.stream:
@@ -156,67 +207,53 @@ async def _replay(svc: Services, hit: bytes, turn: _Turn, ex: Exchange, status: 
 
 
 # --------------------------------------------------------------------------- streams
-Opened = tuple[ChatStream, AsyncIterator[dict[str, Any]], dict[str, Any]]
-
-
 async def _open_stream(svc: Services, plan: RoutePlan, turn: _Turn, ex: Exchange, key: str | None) -> Reply:
-    idle = plan.policy.stream_idle_timeout_s
+    async def open_stream(
+        provider: Provider, target: Target, timeout: float, idle: float
+    ) -> ChatStream | ResponsesStream:
+        if _native(svc, target):
+            upstream = cast(ResponsesUpstream, provider)
+            return await upstream.responses_stream(turn.upstream_body(), target, timeout, idle)
+        return await provider.chat_stream(turn.chat, target, timeout, idle)
 
-    async def open_one(provider: Provider, target: Target, timeout: float) -> Opened:
-        stream = await provider.chat_stream(turn.chat, target, timeout, idle)
-        iterator = aiter(stream)
-        try:
-            async with asyncio.timeout(timeout):
-                first = await anext(iterator)
-        except StopAsyncIteration:
-            await stream.aclose()
-            raise UpstreamError(f"upstream '{target.provider}' sent an empty stream") from None
-        except BaseException:
-            await stream.aclose()
-            raise
-        return stream, iterator, first
-
-    opened = await attempt(svc, plan, ex, open_one)
-    stream = opened[0]
-
-    async def on_close() -> None:
-        if ex.ttft is None and not ex.recorded:  # the client left before the first byte
-            ex.status, ex.http_status = "client_disconnected", 499
-            ex.usage = stream.usage or estimate(turn.chat, None, ex, None)
-            record(svc, ex)
-            await stream.aclose()
-
-    return Reply(_headers(ex, turn), stream=_relay(svc, plan, opened, turn, ex, key), on_close=on_close)
+    stream, iterator, first = await open_first(svc, plan, ex, open_stream)
+    native = _native(svc, ex.target)
+    close = on_close(svc, ex, stream, lambda: stream.usage or estimate(turn.chat, None, ex, None))
+    if native:
+        relayed = _native_relay(svc, plan, cast(ResponsesStream, stream), iterator, first, turn, ex)
+    else:
+        relayed = _translated_relay(svc, plan, cast(ChatStream, stream), iterator, first, turn, ex, key)
+    return Reply(_headers(ex, turn, native), stream=relayed, on_close=close)
 
 
-async def _relay(
-    svc: Services, plan: RoutePlan, opened: Opened, turn: _Turn, ex: Exchange, key: str | None
+def _translated_relay(
+    svc: Services,
+    plan: RoutePlan,
+    stream: ChatStream,
+    iterator: AsyncIterator[dict[str, Any]],
+    first: dict[str, Any],
+    turn: _Turn,
+    ex: Exchange,
+    key: str | None,
 ) -> AsyncIterator[bytes]:
-    stream, iterator, first = opened
+    """Chat chunks as the typed Responses events; the row committed before response.completed."""
     encoder = EventEncoder(turn.skeleton())
     assembler = StreamAssembler()
-    deadline_s = plan.policy.deadline_s
-    deadline = ex.started + deadline_s
-    ex.status = "client_disconnected"  # until proven otherwise
-    try:
-        ex.ttft = time.perf_counter() - ex.started
+
+    async def frames() -> Frames:
         for event in encoder.start():
             yield frame(event)
         assembler.add(first)
         for event in encoder.add(first):
             yield frame(event)
-        relayed = 0
         async for chunk in iterator:
             assembler.add(chunk)
-            relayed += 1
-            if relayed % YIELD_EVERY == 0:
-                await asyncio.sleep(0)  # let the disconnect watcher notice a client gone
-            if time.perf_counter() > deadline:
-                raise UpstreamTimeoutError(f"deadline of {deadline_s:g}s for '{plan.name}' exceeded")
             for event in encoder.add(chunk):
                 yield frame(event)
+        yield END
+
+    async def finish() -> list[bytes]:
         completion = assembler.completion()
-        ex.status = "ok"
         ex.usage = stream.usage or estimate(turn.chat, completion, ex, None)
         events = list(encoder.finish(ex.usage))
         await _save(svc, turn, encoder.response, ex)
@@ -224,24 +261,71 @@ async def _relay(
         await durable(ex, None)  # the ledger row is committed before response.completed
         if key is not None and caching.cacheable(completion):
             caching.store(svc, plan, ex, key, orjson.dumps(completion))
-        for event in events:
-            yield frame(event)
-    except (UpstreamError, StreamBrokenError) as exc:
-        ex.status, ex.http_status, ex.error_code = "stream_broken", 502, exc.code
-        exc.message = redact(exc.message, svc.secrets)
-        yield frame(encoder.error(exc))
-    except Exception as exc:  # a bug: the stream ends with an error event, never a clean end
-        log.error("unexpected error relaying request %s", ex.request_id, exc_info=exc)
-        error = InternalError(f"Internal gateway error (request id {ex.request_id})")
-        ex.status, ex.http_status, ex.error_code = "stream_broken", error.status, error.code
-        yield frame(encoder.error(error))
-    finally:
-        if not ex.recorded:  # broken or abandoned (an ok stream recorded above)
-            ex.usage = stream.usage or estimate(turn.chat, assembler.completion(), ex, None)
-            if ex.status == "client_disconnected":
-                ex.http_status = 499
-            record(svc, ex)
-        await stream.aclose()
+        return [frame(event) for event in events]
+
+    return relay_frames(
+        svc,
+        plan,
+        ex,
+        stream,
+        frames(),
+        finish=finish,
+        error=lambda exc: frame(encoder.error(exc)),
+        usage=lambda: stream.usage or estimate(turn.chat, assembler.completion(), ex, None),
+    )
+
+
+def _native_relay(
+    svc: Services,
+    plan: RoutePlan,
+    stream: ResponsesStream,
+    iterator: AsyncIterator[tuple[str, bytes, dict[str, Any]]],
+    first: tuple[str, bytes, dict[str, Any]],
+    turn: _Turn,
+    ex: Exchange,
+) -> AsyncIterator[bytes]:
+    """The upstream's typed events as they came (only ``previous_response_id`` put back into
+    the Response objects when the gateway resolved the chain); the row committed, and the
+    response stored, before the terminal event goes out."""
+    seq = [-1]
+
+    def one(kind: str, raw: bytes, data: dict[str, Any]) -> bytes:
+        if isinstance(data.get("sequence_number"), int):
+            seq[0] = data["sequence_number"]
+        return raw_frame(kind, turn.relinked_event(raw, data))
+
+    async def frames() -> Frames:
+        yield one(*first)
+        async for kind, raw, data in iterator:
+            if stream.response is not None:  # the terminal event is next: the row first
+                yield END
+            yield one(kind, raw, data)
+
+    async def finish() -> list[bytes]:
+        response = turn.relinked(stream.response or {})
+        ex.usage = metered(svc, turn.chat, None, ex, stream.usage)
+        if response.get("status") == "failed":
+            ex.status, ex.http_status, ex.error_code = "error", 502, "upstream_failed"
+        else:
+            await _save(svc, turn, response, ex)
+        record(svc, ex)
+        await durable(ex, None)
+        return []
+
+    def error(exc: SwitchyardError) -> bytes:
+        event = {"type": "error", "sequence_number": seq[0] + 1, "code": exc.code}
+        return frame({**event, "message": exc.message, "param": exc.param})
+
+    return relay_frames(
+        svc,
+        plan,
+        ex,
+        stream,
+        frames(),
+        finish=finish,
+        error=error,
+        usage=lambda: metered(svc, turn.chat, None, ex, stream.usage),
+    )
 
 
 # --------------------------------------------------------------------------- stored responses

@@ -1,23 +1,35 @@
-"""A streamed chat answer: open the upstream stream (retries and fallbacks apply until its
-first chunk), relay the chunks, and meter the request however the stream ends — clean
-(ledger row committed before ``[DONE]``), cut by the upstream (an error event, never a clean
-end), or abandoned by the client (499, the upstream released)."""
+"""Streamed answers: open the upstream stream (retries and fallbacks apply until its first
+chunk), relay it, and meter the request however the stream ends — clean (ledger row
+committed before the end: ``[DONE]``, ``message_stop``, ``response.completed``), cut by the
+upstream (an error event, never a clean end), or abandoned by the client (499, the upstream
+released).
+
+``open_first`` and ``on_close`` serve every protocol; ``relay_frames`` is the one relay loop of
+the Messages and Responses flows, which hand it their encoder's frames (``END`` marks the
+point where the row is committed and the closing frames go out). The chat stream keeps its
+own loop (``relay``): the same steps, inlined, because it is the hot path."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
 from gateway.cache.replay import StreamAssembler
-from gateway.core.errors import InternalError, StreamBrokenError, UpstreamError, UpstreamTimeoutError
+from gateway.core.errors import (
+    InternalError,
+    StreamBrokenError,
+    SwitchyardError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
 from gateway.core.ports import Provider
 from gateway.core.redact import redact
-from gateway.core.types import ChatRequest, ChatStream, Target
+from gateway.core.types import ChatRequest, ChatStream, Target, Usage
 from gateway.flow import caching
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import durable, record
@@ -32,13 +44,29 @@ YIELD_EVERY = 16  # chunks relayed between two forced suspensions of the relayin
 Opened = tuple[ChatStream, AsyncIterator[dict[str, Any]], dict[str, Any]]
 
 
-async def open_chat_stream(
-    svc: Services, plan: RoutePlan, body: dict[str, Any], req: ChatRequest, ex: Exchange, key: str | None
-) -> Reply:
+class Closable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+class Upstream(Closable, Protocol):
+    """An accepted upstream stream of any protocol (ChatStream, MessagesStream, ResponsesStream)."""
+
+    def __aiter__(self) -> AsyncIterator[Any]: ...
+
+
+_S = TypeVar("_S", bound=Upstream)
+Opened_ = tuple[_S, AsyncIterator[Any], Any]
+Opener = Callable[[Provider, Target, float, float], Awaitable[_S]]
+
+
+async def open_first(svc: Services, plan: RoutePlan, ex: Exchange, open_stream: Opener[_S]) -> Opened_[_S]:
+    """Open a stream on the plan's targets (retries and fallbacks until its first item
+    arrived): (the stream, its iterator, the first item). ``open_stream(provider, target,
+    timeout, idle_timeout)`` opens one."""
     idle = plan.policy.stream_idle_timeout_s
 
-    async def open_stream(provider: Provider, target: Target, timeout: float) -> Opened:
-        stream = await provider.chat_stream(body, target, timeout, idle)
+    async def open_one(provider: Provider, target: Target, timeout: float) -> Opened_[_S]:
+        stream = await open_stream(provider, target, timeout, idle)
         iterator = aiter(stream)
         try:
             async with asyncio.timeout(timeout):
@@ -51,17 +79,91 @@ async def open_chat_stream(
             raise
         return stream, iterator, first
 
-    opened = await attempt(svc, plan, ex, open_stream)
-    stream = opened[0]
+    return await attempt(svc, plan, ex, open_one)
 
-    async def on_close() -> None:
+
+def on_close(
+    svc: Services, ex: Exchange, stream: Closable, usage: Callable[[], Usage]
+) -> Callable[[], Awaitable[None]]:
+    """What the API layer awaits once the response is over: a client that left before the
+    first byte leaves a 499 row (``usage()`` meters it) and the upstream released."""
+
+    async def close() -> None:
         if ex.ttft is None and not ex.recorded:  # the client left before the first byte
             ex.status, ex.http_status = "client_disconnected", 499
-            ex.usage = metered(svc, req.body, None, ex, stream.usage)
+            ex.usage = usage()
             record(svc, ex)
             await stream.aclose()
 
-    return Reply(headers(ex), stream=relay(svc, plan, opened, req, ex, key), on_close=on_close)
+    return close
+
+
+async def open_chat_stream(
+    svc: Services, plan: RoutePlan, body: dict[str, Any], req: ChatRequest, ex: Exchange, key: str | None
+) -> Reply:
+    async def open_stream(provider: Provider, target: Target, timeout: float, idle: float) -> ChatStream:
+        return await provider.chat_stream(body, target, timeout, idle)
+
+    opened = await open_first(svc, plan, ex, open_stream)
+    stream = opened[0]
+    close = on_close(svc, ex, stream, lambda: metered(svc, req.body, None, ex, stream.usage))
+    return Reply(headers(ex), stream=relay(svc, plan, opened, req, ex, key), on_close=close)
+
+
+END = None  # in the frames handed to relay_frames: the row is committed, closing frames next
+Frames = AsyncGenerator[bytes | None, None]
+
+
+async def relay_frames(
+    svc: Services,
+    plan: RoutePlan,
+    ex: Exchange,
+    stream: Closable,
+    frames: Frames,
+    *,
+    finish: Callable[[], Awaitable[Iterable[bytes]]],
+    error: Callable[[SwitchyardError], bytes],
+    usage: Callable[[], Usage],
+) -> AsyncIterator[bytes]:
+    """Relay an encoder's ``frames`` to the client. At ``END`` the request is ok: ``finish()``
+    meters it, commits its row and returns the closing frames (frames after ``END`` still go
+    out). A cut or an upstream error becomes ``error(exc)``'s frame, a bug an internal error's
+    frame; a request that did not finish is metered with ``usage()`` (499 when the client left)."""
+    deadline_s = plan.policy.deadline_s
+    deadline = ex.started + deadline_s
+    ex.status = "client_disconnected"  # until proven otherwise
+    try:
+        ex.ttft = time.perf_counter() - ex.started
+        relayed = 0
+        async for out in frames:
+            relayed += 1
+            if relayed % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # let the disconnect watcher cancel a fast relay
+            if time.perf_counter() > deadline:
+                raise UpstreamTimeoutError(f"deadline of {deadline_s:g}s for '{plan.name}' exceeded")
+            if out is END:
+                ex.status = "ok"
+                for closing in await finish():
+                    yield closing
+                continue
+            yield out
+    except (UpstreamError, StreamBrokenError) as exc:
+        ex.status, ex.http_status, ex.error_code = "stream_broken", 502, exc.code
+        exc.message = redact(exc.message, svc.secrets)
+        yield error(exc)
+    except Exception as exc:  # a bug: the stream ends with an error event, never a clean end
+        log.error("unexpected error relaying request %s", ex.request_id, exc_info=exc)
+        internal = InternalError(f"Internal gateway error (request id {ex.request_id})")
+        ex.status, ex.http_status, ex.error_code = "stream_broken", internal.status, internal.code
+        yield error(internal)
+    finally:
+        if not ex.recorded:  # broken or abandoned (an ok stream recorded at END)
+            ex.usage = usage()
+            if ex.status == "client_disconnected":
+                ex.http_status = 499
+            record(svc, ex)
+        await frames.aclose()
+        await stream.aclose()
 
 
 async def relay(

@@ -69,6 +69,15 @@ def input_items(body: dict[str, Any]) -> list[Item]:
     return out
 
 
+def upstream_item(item: Item) -> Item:
+    """A stored item as a Responses upstream takes it back as input: without the ids the
+    gateway gave input messages and tool outputs (OpenAI's input messages carry none)."""
+    kind = item.get("type")
+    made = kind == "message" and item.get("role") != "assistant"
+    made = made or (kind == "function_call_output" and str(item.get("id", "")).startswith("fco_"))
+    return {k: v for k, v in item.items() if k != "id"} if made else item
+
+
 def _bad(param: str, what: str = "") -> BadRequestError:
     return BadRequestError(f"Invalid value for '{param}'{': ' + what if what else ''}", param=param)
 

@@ -32,6 +32,11 @@ def frame(event: Item) -> bytes:
     return b"event: " + str(event["type"]).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
+def raw_frame(kind: str, data: bytes) -> bytes:
+    """An upstream's event re-framed with its data bytes as they came."""
+    return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+
 class EventEncoder:
     """Chat chunks in, Responses stream events out: ``start`` (created, in_progress), ``add``
     per chunk (items opened, text and argument deltas), ``finish`` (items closed, completed),

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.core.errors import StreamBrokenError, SwitchyardError, UpstreamError
+from gateway.core.errors import SwitchyardError, UpstreamError
 from gateway.core.types import ChatResult, RawResult, Target, Usage, usage_from_anthropic
 from gateway.providers import http
 from gateway.providers.anthropic_stream import StreamTranslator
@@ -26,8 +26,8 @@ from gateway.providers.anthropic_wire import (
     from_anthropic_response,
     to_anthropic_request,
 )
+from gateway.providers.sse import EventStream
 
-MAX_EVENT_BYTES = 8 * 1024 * 1024  # one SSE event larger than this is a broken stream
 _NO_CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None)
 _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 
@@ -183,82 +183,7 @@ class AnthropicProvider:
         await self._sessions.aclose()
 
 
-class _EventStream:
-    """An accepted Anthropic SSE response: framing, idle timeout, release/close."""
-
-    def __init__(self, provider: str, resp: aiohttp.ClientResponse, idle_timeout: float) -> None:
-        self._provider = provider
-        self._resp = resp
-        self._idle = idle_timeout
-        self.usage: Usage | None = None
-        self._gen: AsyncGenerator[Any, None] | None = None  # the subclass's iteration, once started
-
-    async def aclose(self) -> None:
-        gen = self._gen
-        if gen is not None:
-            # RuntimeError: another task is iterating right now; closing the response suffices.
-            with contextlib.suppress(RuntimeError):
-                await gen.aclose()
-        self._resp.close()
-
-    def _broken(self, what: str) -> StreamBrokenError:
-        return StreamBrokenError(f"upstream '{self._provider}' stream {what}")
-
-    async def _read(self) -> bytes:
-        try:
-            async with asyncio.timeout(self._idle):
-                return await self._resp.content.readany()
-        except TimeoutError:
-            raise self._broken(f"stalled for more than {self._idle:g}s") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise self._broken(f"broke ({type(exc).__name__})") from None
-
-    async def _events(self) -> AsyncGenerator[tuple[str, bytes], None]:
-        """SSE framing: ``event:``/``data:`` fields, a blank line ends an event; lines end in
-        LF or CRLF; comments and other fields are skipped; an event may span several reads."""
-        buffer = b""
-        event, data = "", bytearray()
-        has_data = False
-        while True:
-            piece = await self._read()
-            if not piece:
-                return
-            buffer += piece
-            if b"\n" not in piece:
-                if len(buffer) > MAX_EVENT_BYTES:
-                    raise self._broken("sent an oversized event")
-                continue
-            *lines, buffer = buffer.split(b"\n")
-            if len(data) > MAX_EVENT_BYTES:
-                raise self._broken("sent an oversized event")
-            for raw_line in lines:
-                line = raw_line[:-1] if raw_line.endswith(b"\r") else raw_line
-                if not line:
-                    if has_data:
-                        yield event, bytes(data)
-                    event, data, has_data = "", bytearray(), False
-                    continue
-                field, _, value = line.partition(b":")
-                value = value[1:] if value.startswith(b" ") else value
-                if field == b"event":
-                    event = value.decode("utf-8", "replace")
-                elif field == b"data":
-                    if has_data:
-                        data += b"\n"
-                    data += value
-                    has_data = True
-
-    def _parse(self, data: bytes) -> dict[str, Any]:
-        try:
-            parsed = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            parsed = None
-        if not isinstance(parsed, dict):
-            raise self._broken("sent a malformed event")
-        return parsed
-
-
-class AnthropicStream(_EventStream):
+class AnthropicStream(EventStream):
     """An accepted Anthropic SSE stream, translated into OpenAI chunk dicts."""
 
     def __init__(
@@ -292,7 +217,7 @@ class AnthropicStream(_EventStream):
                 self._resp.close()
 
 
-class MessagesStream(_EventStream):
+class MessagesStream(EventStream):
     """An accepted Anthropic SSE stream relayed as it is: iterating yields (event name, data
     bytes, parsed data). ``usage`` follows message_start and message_delta; an ``error``
     event, a malformed event or an end before message_stop raises StreamBrokenError."""

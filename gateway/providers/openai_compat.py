@@ -1,7 +1,9 @@
 """OpenAI and every OpenAI-compatible API (vLLM, Azure-style proxies, local servers).
 
 The request body goes through unchanged except ``model`` (set to the upstream id) and, for
-streams, ``stream_options.include_usage`` (always on, so every stream is metered)."""
+streams, ``stream_options.include_usage`` (always on, so every stream is metered). Providers
+that speak the Responses API (policy ``providers.X.responses``) also take ``/responses``
+bodies as they are (openai_responses.py reads their event streams)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ import aiohttp
 import orjson
 
 from gateway.core.errors import StreamBrokenError, SwitchyardError, UpstreamError
-from gateway.core.types import ChatResult, RawResult, Target, Usage, usage_from_openai
+from gateway.core.types import ChatResult, RawResult, Target, Usage, usage_from_openai, usage_from_responses
 from gateway.providers import http
+from gateway.providers.openai_responses import NO_CLIENT_TIMEOUT, ResponsesEventStream
 
 
 class OpenAICompatProvider:
@@ -98,14 +101,22 @@ class OpenAICompatProvider:
         out["stream"] = True
         opts = out.get("stream_options")
         out["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
+        idle = aiohttp.ClientTimeout(total=None, sock_read=idle_timeout)
+        resp = await self._post_stream("/chat/completions", orjson.dumps(out), timeout, idle)
+        return _OpenAIStream(self.name, resp)
+
+    async def _post_stream(
+        self, path: str, payload: bytes, timeout: float, client_timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.ClientResponse:
+        """POST ``payload`` and return the accepted SSE response (status 200 within ``timeout``)."""
         session = self._sessions.get()
         try:
             async with asyncio.timeout(timeout):
                 resp = await session.post(
-                    self._base + "/chat/completions",
-                    data=http.request_body(orjson.dumps(out)),
+                    self._base + path,
+                    data=http.request_body(payload),
                     headers=self._headers,
-                    timeout=aiohttp.ClientTimeout(total=None, sock_read=idle_timeout),
+                    timeout=client_timeout,
                 )
                 if resp.status != 200:
                     try:
@@ -121,7 +132,23 @@ class OpenAICompatProvider:
         if "text/event-stream" not in ctype:
             resp.release()
             raise http.bad_response(self.name, f"stream content-type {ctype or 'missing'}")
-        return _OpenAIStream(self.name, resp)
+        return resp
+
+    # -------------------------------------------------------------- Responses in, Responses out
+    async def responses(self, body: dict[str, Any], target: Target, timeout: float) -> RawResult:
+        """Pass-through: the client's Responses body with only ``model`` replaced."""
+        parsed = await self._post_json("/responses", {**body, "model": target.upstream_model}, timeout)
+        if parsed.get("object") != "response":
+            raise http.bad_response(self.name, "not a Response object")
+        return RawResult(parsed, http.checked_usage(usage_from_responses(parsed.get("usage"))) or Usage())
+
+    async def responses_stream(
+        self, body: dict[str, Any], target: Target, timeout: float, idle_timeout: float
+    ) -> ResponsesEventStream:
+        """Pass-through stream: the upstream's typed events, data bytes untouched."""
+        payload = orjson.dumps({**body, "model": target.upstream_model})
+        resp = await self._post_stream("/responses", payload, timeout, NO_CLIENT_TIMEOUT)
+        return ResponsesEventStream(self.name, resp, idle_timeout)
 
     async def aclose(self) -> None:
         await self._sessions.aclose()
