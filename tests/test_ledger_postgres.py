@@ -77,7 +77,8 @@ def test_rows_arrive_once_with_migrations(pg_url: str, tmp_path: Path) -> None:
     finally:
         led.close()
     with pg_connect(pg_url) as conn:
-        assert conn.execute("SELECT version FROM schema_migrations ORDER BY 1").fetchall() == [(1,), (2,)]
+        versions = conn.execute("SELECT version FROM schema_migrations ORDER BY 1").fetchall()
+        assert versions == [(1,), (2,), (3,), (4,)]
         got = conn.execute(
             "SELECT request_id, cost_usd, savings_cause FROM ledger ORDER BY request_id"
         ).fetchall()

@@ -140,8 +140,9 @@ async def spend(request: Request) -> Response:
     group = request.query_params.get("group_by", "model")
     bucket = request.query_params.get("bucket", "day")
     start = admin.since(request.query_params.get("since", "30d"))
+    limit = admin.top(request.query_params.get("limit"))
     await asyncio.to_thread(svc.ledger.flush, 2.0)
-    rows = await asyncio.to_thread(admin.spend, svc.settings.ledger_url, group, bucket, start)
+    rows = await asyncio.to_thread(admin.spend, svc.settings.ledger_url, group, bucket, start, limit)
     return _table(request, "spend", rows, {"group_by": group, "bucket": bucket})
 
 

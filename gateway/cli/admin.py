@@ -70,6 +70,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     sp.add_argument("--by", "--group-by", dest="by", choices=GROUPS, default="model", help="group by")
     sp.add_argument("--bucket", choices=BUCKETS, default=None, help="time buckets: hour, day, month, none")
     sp.add_argument("--csv", action="store_true", help="print CSV rows (one per bucket and group)")
+    sp.add_argument(
+        "--top", type=_positive, default=None, help="only the N most expensive groups (conversation: 20)"
+    )
     sp.add_argument("--since", default="24h", help="window: 90s, 30m, 24h, 7d or 'all' (default 24h)")
     sp.add_argument("--ledger", default=None, help="ledger URL (default: $SWITCHYARD_LEDGER)")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
@@ -97,6 +100,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     _limit_args(bset)
     bset.add_argument("--json", action="store_true", help="print one JSON object")
     bset.set_defaults(func=cmd_budgets_set)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 def _limit_args(p: argparse.ArgumentParser) -> None:
@@ -232,9 +245,9 @@ def cmd_spend(args: argparse.Namespace) -> int:
         url = _url(args)
         if series:
             bucket = args.bucket or "none"
-            rows = spend_series(url, args.by, bucket, since_seconds)
+            rows = spend_series(url, args.by, bucket, since_seconds, top=args.top)
         else:
-            lines = spend(url, cast(GroupBy, args.by), since_seconds)
+            lines = spend(url, cast(GroupBy, args.by), since_seconds, top=args.top)
     except ValueError as exc:
         return _fail(str(exc))
     except LedgerUnavailable as exc:

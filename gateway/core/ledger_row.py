@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final
@@ -10,6 +11,15 @@ ENDPOINTS: Final = frozenset({"chat", "completions", "embeddings", "messages", "
 CACHE_STATUSES: Final = frozenset({"miss", "hit", "semantic_hit", "bypass", "off"})
 STATUSES: Final = frozenset({"ok", "error", "client_disconnected", "stream_broken"})
 SAVINGS_CAUSES: Final = frozenset({"exact_cache", "semantic_cache", "self_hosted", "routing", "none"})
+
+
+def conversation_id(key: str | None) -> str | None:
+    """The ledger's name for a conversation: 16 hex digits hashed from its stickiness key
+    (``routing.sticky.conversation_key``, itself a hash of tenant, route and what names the
+    conversation), so neither a client's text nor its cache key ever reaches the ledger."""
+    if not key:
+        return None
+    return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,3 +55,4 @@ class LedgerRow:
     # Why this request cost less than the baseline (one of SAVINGS_CAUSES).
     savings_cause: str = "none"
     route_decision: str | None = None  # the router's choice, e.g. "weak" | "strong" | "spill"
+    conversation: str | None = None  # conversation_id(): 16 hex digits, never the client's text

@@ -51,10 +51,29 @@ def since(text: str) -> float | None:
         raise BadRequestError(str(exc), param="since") from None
 
 
-def spend(ledger_url: str, group: str, bucket: str, start: float | None) -> list[dict[str, Any]]:
-    """Spend per group and time bucket (blocking: call it off the event loop)."""
+MAX_TOP = 1000  # groups a report may ask for (``limit``)
+
+
+def top(text: str | None) -> int | None:
+    """A report's ``limit`` (the most expensive N groups; conversations default to 20)."""
+    if text is None:
+        return None
     try:
-        return report.spend_series(ledger_url, group, bucket, start)
+        value = int(text)
+    except ValueError:
+        raise BadRequestError(f"limit must be a whole number, not {text!r}", param="limit") from None
+    if not 1 <= value <= MAX_TOP:
+        raise BadRequestError(f"limit must be between 1 and {MAX_TOP}", param="limit")
+    return value
+
+
+def spend(
+    ledger_url: str, group: str, bucket: str, start: float | None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """Spend per group and time bucket (blocking: call it off the event loop); the ``limit``
+    most expensive conversations for ``group='conversation'``."""
+    try:
+        return report.spend_series(ledger_url, group, bucket, start, top=limit)
     except ValueError as exc:
         raise BadRequestError(str(exc)) from None
 

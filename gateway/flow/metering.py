@@ -8,7 +8,7 @@ import time
 from decimal import Decimal
 from typing import TypeVar
 
-from gateway.core.ledger_row import LedgerRow
+from gateway.core.ledger_row import LedgerRow, conversation_id
 from gateway.core.types import RequestFacts, Target, Usage
 from gateway.flow.exchange import Exchange
 from gateway.flow.services import Services
@@ -155,4 +155,5 @@ def _row(
         classifier_score=ex.classifier_score,
         savings_cause=cause,
         route_decision=ex.route_decision,
+        conversation=conversation_id(ex.conversation),
     )

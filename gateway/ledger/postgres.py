@@ -22,12 +22,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from gateway.ledger import rollup
 from gateway.ledger.pg import pg_connect
 from gateway.ledger.query import spent_since
 from gateway.ledger.schema import (
     COLUMNS,
     POSTGRES_INSERT_SQL,
     POSTGRES_MIGRATIONS,
+    SQLITE_COLUMNS,
     TABLE,
     apply_migrations,
 )
@@ -39,7 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_SELECT_OUTBOX: Final = f"SELECT {', '.join(COLUMNS)} FROM {TABLE} ORDER BY id LIMIT ?"
+_SELECT_OUTBOX: Final = f"SELECT {', '.join(SQLITE_COLUMNS)} FROM {TABLE} ORDER BY id LIMIT ?"
+_INSERT_RETURNING: Final = POSTGRES_INSERT_SQL + " RETURNING request_id"
 _DELETE_OUTBOX: Final = f"DELETE FROM {TABLE} WHERE request_id = ?"
 _MONEY: Final = (COLUMNS.index("cost_usd"), COLUMNS.index("baseline_cost_usd"))
 _MIGRATION_LOCK: Final = 0x5357_4C44  # pg_advisory_xact_lock key: one migrator at a time
@@ -53,11 +56,25 @@ def pg_migrate(conn: psycopg.Connection[Any]) -> int:
 
 
 def _pg_params(values: tuple[Any, ...]) -> tuple[Any, ...]:
-    out = list(values)
+    out = list(values[: len(COLUMNS)])
     for i in _MONEY:
         if out[i] is not None:
             out[i] = Decimal(out[i])
     return tuple(out)
+
+
+def ship_rows(cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> int:
+    """Insert outbox ``rows`` (``SQLITE_COLUMNS`` order) into PostgreSQL and add the ones
+    really inserted (not already there) to the rollups, in the cursor's transaction.
+    Returns how many were inserted."""
+    cur.executemany(_INSERT_RETURNING, [_pg_params(r) for r in rows], returning=True)
+    inserted: set[str] = set()
+    for _ in cur.results():
+        inserted.update(str(found[0]) for found in cur.fetchall())
+    fresh = [r for r in rows if r[0] in inserted]
+    for table, table_cells in rollup.cells(rollup.facts(fresh)).items():
+        cur.executemany(rollup.POSTGRES_UPSERT[table], rollup.params(table_cells, Decimal))
+    return len(fresh)
 
 
 def outbox_path_for(home: Path) -> Path:
@@ -88,6 +105,7 @@ class PostgresLedger(SQLiteLedger):
         self.shipped = 0  # rows this process moved to PostgreSQL
         self.ship_error: str | None = None  # the last PostgreSQL failure, None once it works
         self._committed_hook = self._ship_wake.set
+        self._rollups = False  # the outbox: rows move on to PostgreSQL, which keeps the rollups
 
     def start(self) -> None:
         """Open the outbox (raises if it cannot be); PostgreSQL may be down: rows wait."""
@@ -113,10 +131,11 @@ class PostgresLedger(SQLiteLedger):
         return self._outbox_count
 
     def spent_since(self, scope: str, since_ts: float) -> dict[str, Decimal]:
-        """PostgreSQL plus the rows still waiting in the outbox (a row being shipped at this
-        very moment may count twice: budgets err on the safe side)."""
+        """PostgreSQL (its rollups and edge rows) plus the rows still waiting in the outbox,
+        read raw (the outbox keeps no rollups; a row being shipped at this very moment may
+        count twice: budgets err on the safe side)."""
         total = spent_since(self.url, scope, since_ts)
-        for name, usd in spent_since(self.path, scope, since_ts).items():
+        for name, usd in spent_since(self.path, scope, since_ts, rollups=False).items():
             total[name] = total.get(name, Decimal(0)) + usd
         return total
 
@@ -171,9 +190,14 @@ class PostgresLedger(SQLiteLedger):
                 self._outbox_count = 0
                 return
             pg = self._pg_conn()
-            with pg.cursor() as cur:
-                cur.executemany(POSTGRES_INSERT_SQL, [_pg_params(r) for r in rows])
-            pg.commit()
+            try:
+                with pg.cursor() as cur:
+                    ship_rows(cur, rows)
+                pg.commit()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    pg.rollback()
+                raise
             ids = [(r[0],) for r in rows]
             with immediate(outbox):
                 outbox.executemany(_DELETE_OUTBOX, ids)

@@ -3,6 +3,13 @@
 SQL is written once with ``?`` placeholders and the dialect's expressions for money sums and
 time buckets; ``LedgerDb`` runs it on SQLite (exact INTEGER sums of 1e-10 USD units) or on
 PostgreSQL (exact NUMERIC sums). Money leaves as ``Decimal`` quantized to 1e-10 USD.
+
+``grouped`` answers every report: the hours and days lying wholly inside the window come from
+the rollups (schema v4: ``ledger_rollup_day`` for whole days, ``ledger_rollup_hour`` for the
+whole hours around them), the partial hours at the window's edges from the raw rows. A bucket
+is "whole" by the same hour function the writers file rows under (``trunc(ts / 3600)``), so
+every row is counted once, by exactly one of the parts, and the sums are exact. Groups the
+rollups do not keep (``conversation``: too many) are read from the raw rows.
 """
 
 from __future__ import annotations
@@ -19,22 +26,27 @@ from typing import Any, Final, Literal
 from gateway.core.errors import ServiceUnavailableError
 from gateway.ledger.pg import pg_connect
 from gateway.ledger.pricing import quantize_usd
-from gateway.ledger.schema import SCHEMA_VERSION, TABLE
+from gateway.ledger.rollup import decode, hour_of
+from gateway.ledger.schema import (
+    DIM_SQL,
+    POSTGRES_HOUR_SQL,
+    ROLLUP_DAY,
+    ROLLUP_DIMS,
+    ROLLUP_HOUR,
+    ROLLUP_MEASURES,
+    SCHEMA_VERSION,
+    SQLITE_HOUR_SQL,
+    TABLE,
+)
 from gateway.ledger.sqlite import BUSY_TIMEOUT_MS, is_postgres_url, ledger_path, migrate
 
 Dialect = Literal["sqlite", "postgres"]
 Scope = Literal["key", "tenant", "route"]
 ZERO: Final = Decimal("0E-10")
-CACHE_LABEL: Final = "(cache)"  # cache hits have no served model/provider
-GROUP_SQL: Final[dict[str, str]] = {
-    "model": f"COALESCE(served_model, CASE WHEN cache_status = 'hit' THEN '{CACHE_LABEL}' END)",
-    "route": "route",
-    "tenant": "tenant",
-    "provider": f"COALESCE(provider, CASE WHEN cache_status = 'hit' THEN '{CACHE_LABEL}' END)",
-    "key": "key_id",
-    "cause": "savings_cause",
-    "none": "'all'",
-}
+GROUP_SQL: Final[dict[str, str]] = {**DIM_SQL, "conversation": "conversation", "none": "'all'"}
+ROLLUP_ROWS_VERSION: Final = 4  # the schema version that brought the rollups
+Sums = list[Any]  # ROLLUP_MEASURES as read: counts, token sums, money sums (None: no value)
+Grouped = dict[tuple[Any, str | None], Sums]  # (bucket value, group key) -> sums
 SCOPE_COLUMN: Final[dict[str, str]] = {"key": "key_id", "tenant": "tenant", "route": "route"}
 _BUCKET_SECONDS: Final = {"hour": 3600, "day": 86400}
 _BUCKET_FORMAT: Final = {"hour": "%Y-%m-%dT%H:00:00Z", "day": "%Y-%m-%d"}
@@ -72,9 +84,10 @@ class Window:
 class LedgerDb:
     """One open ledger connection (see ``open_db``)."""
 
-    def __init__(self, dialect: Dialect, conn: Any) -> None:
+    def __init__(self, dialect: Dialect, conn: Any, *, rollups: bool = False) -> None:
         self.dialect = dialect
         self.conn = conn
+        self.rollups = rollups  # the rollup tables exist and are kept (schema v4)
 
     # -- dialect pieces --------------------------------------------------------------------
     def group_sql(self, group: str) -> str:
@@ -94,17 +107,32 @@ class LedgerDb:
     def baseline(self) -> str:
         return "baseline_e10" if self.dialect == "sqlite" else "baseline_cost_usd"
 
-    def bucket_sql(self, bucket: str) -> str:
+    def bucket_sql(self, bucket: str, ts: str = "ts") -> str:
         if bucket == "none":
             return "'all'"
         if bucket == "month":
             if self.dialect == "sqlite":
-                return "strftime('%Y-%m', ts, 'unixepoch')"
-            return "to_char(to_timestamp(ts) AT TIME ZONE 'UTC', 'YYYY-MM')"
+                return f"strftime('%Y-%m', {ts}, 'unixepoch')"
+            return f"to_char(to_timestamp({ts}) AT TIME ZONE 'UTC', 'YYYY-MM')"
         seconds = _BUCKET_SECONDS[bucket]
         if self.dialect == "sqlite":
-            return f"CAST(ts / {seconds} AS INTEGER)"
-        return f"CAST(floor(ts / {seconds}) AS BIGINT)"
+            return f"CAST({ts} / {seconds} AS INTEGER)"
+        return f"CAST(floor({ts} / {seconds}) AS BIGINT)"
+
+    @property
+    def hour_sql(self) -> str:
+        """The hour bucket of a raw row, as the writers file it (``rollup.hour_of``)."""
+        return SQLITE_HOUR_SQL if self.dialect == "sqlite" else POSTGRES_HOUR_SQL
+
+    def aggregates(self) -> str:
+        """The raw rows' sums, in ``ROLLUP_MEASURES`` order."""
+        cost, base = self.cost, self.baseline
+        return (
+            "COUNT(*), SUM(CASE WHEN status = 'ok' THEN 0 ELSE 1 END), "
+            f"SUM(CASE WHEN {cost} IS NULL THEN 1 ELSE 0 END), "
+            "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(cached_tokens), 0), "
+            f"COALESCE(SUM(output_tokens), 0), SUM({cost}), SUM({base}), SUM({base} - {cost})"
+        )
 
     @staticmethod
     def bucket_label(bucket: str, value: Any) -> str:
@@ -155,8 +183,15 @@ def open_db(url: str | Path) -> Iterator[LedgerDb | None]:
             with pg.cursor() as cur:
                 cur.execute("SELECT to_regclass(%s)", (TABLE,))
                 found = cur.fetchone()
+                version = 0
+                if found and found[0] is not None:
+                    cur.execute("SELECT MAX(version) FROM schema_migrations")
+                    got = cur.fetchone()
+                    version = int(got[0]) if got and got[0] is not None else 0
             pg.rollback()
-            yield LedgerDb("postgres", pg) if found and found[0] is not None else None
+            ready = found is not None and found[0] is not None
+            rollups = version >= ROLLUP_ROWS_VERSION
+            yield LedgerDb("postgres", pg, rollups=rollups) if ready else None
         finally:
             pg.close()
         return
@@ -167,7 +202,7 @@ def open_db(url: str | Path) -> Iterator[LedgerDb | None]:
     conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        yield LedgerDb("sqlite", conn) if _sqlite_ready(conn) else None
+        yield LedgerDb("sqlite", conn, rollups=True) if _sqlite_ready(conn) else None
     finally:
         conn.close()
 
@@ -178,16 +213,16 @@ def _check_scope(scope: str) -> str:
     return SCOPE_COLUMN[scope]
 
 
-def spent_since(url: str | Path, scope: str, since_ts: float) -> dict[str, Decimal]:
-    """USD spent per key/tenant/route name since ``since_ts`` (seeds the budgets)."""
-    column = _check_scope(scope)
+def spent_since(url: str | Path, scope: str, since_ts: float, *, rollups: bool = True) -> dict[str, Decimal]:
+    """USD spent per key/tenant/route name since ``since_ts`` (seeds the budgets).
+    ``rollups=False``: from the raw rows only (the PostgreSQL outbox, which keeps none)."""
+    _check_scope(scope)
     with open_db(url) as db:
         if db is None:
             return {}
-        grouped = db.group_sql(scope)  # the same column, planner-friendly on SQLite
-        sql = f"SELECT {grouped}, SUM({db.cost}) FROM {TABLE} WHERE ts >= ? AND {column} IS NOT NULL"
-        sql += " GROUP BY 1"
-        return {str(r[0]): db.money(r[1]) for r in db.rows(sql, (since_ts,))}
+        db.rollups = db.rollups and rollups
+        sums = grouped(db, scope, "none", Window(since_ts))
+        return {str(key): db.money(s[6]) for (_, key), s in sums.items() if key is not None}
 
 
 def spent_by(url: str | Path, scope: Scope, name: str, since_ts: float) -> Decimal:
@@ -199,3 +234,115 @@ def spent_by(url: str | Path, scope: Scope, name: str, since_ts: float) -> Decim
         sql = f"SELECT SUM({db.cost}) FROM {TABLE} WHERE {column} = ? AND ts >= ?"
         found = db.rows(sql, (name, since_ts))
         return db.money(found[0][0] if found else None)
+
+
+# -- one report, from the rollups and the edge rows ---------------------------------------------
+Part = tuple[str, Any, Any]  # ("raw", extra SQL, params) or (rollup table, first bucket, end bucket)
+
+
+def plan(since: float | None, until: float | None, *, hourly: bool = False) -> list[Part]:
+    """Split the window ``since <= ts < until`` into raw edge rows and whole rollup buckets.
+    An hour bucket is whole when every row filed under it lies in the window: the buckets after
+    the one holding ``since`` and before the one holding ``until`` (``hour_of`` is monotonic,
+    so a row filed later than ``since``'s hour has ``ts > since``). A day is whole when its 24
+    hours are. ``hourly``: no day buckets (hour series)."""
+    lo = None if since is None else hour_of(since) + 1  # first whole hour
+    hi = None if until is None else hour_of(until)  # end (exclusive) of the whole hours
+    if lo is not None and hi is not None and lo >= hi:
+        return [("raw", "", ())]
+    parts: list[Part] = []
+    if lo is not None:  # the rows of since's hour (the ts bound only lets an index find them)
+        parts.append(("raw", " AND ts < ? AND {hour} < ?", (lo * 3600 + 1, lo)))
+    if hi is not None:
+        parts.append(("raw", " AND ts >= ? AND {hour} >= ?", (hi * 3600 - 1, hi)))
+    first_day = None if lo is None else -(-lo // 24)
+    end_day = None if hi is None else hi // 24
+    if hourly or (first_day is not None and end_day is not None and first_day >= end_day):
+        parts.append((ROLLUP_HOUR, lo, hi))
+        return parts
+    if lo is not None and first_day is not None and lo < first_day * 24:
+        parts.append((ROLLUP_HOUR, lo, first_day * 24))
+    parts.append((ROLLUP_DAY, first_day, end_day))
+    if hi is not None and end_day is not None and end_day * 24 < hi:
+        parts.append((ROLLUP_HOUR, end_day * 24, hi))
+    return parts
+
+
+def grouped(db: LedgerDb, group: str, bucket: str, window: Window, *, top: int | None = None) -> Grouped:
+    """Sums per (bucket, group) over ``window``: ``group`` one of ``GROUP_SQL``, ``bucket``
+    hour|day|month|none. ``top``: only the ``top`` conversations by cost (``conversation``
+    groups only; rows without a conversation are left out)."""
+    out: Grouped = {}
+    if group == "conversation" or not db.rollups:
+        _add(out, _raw(db, group, bucket, window, "", (), top), decoded=False)
+        return out
+    for source, a, b in plan(window.since, window.until, hourly=bucket == "hour"):
+        if source == "raw":
+            found = _raw(db, group, bucket, window, a.format(hour=db.hour_sql), b, None)
+            _add(out, found, decoded=False)
+        else:
+            _add(out, _rolled(db, source, group, bucket, window.tenant, a, b), decoded=group != "none")
+    return out
+
+
+def _add(out: Grouped, rows: list[tuple[Any, ...]], *, decoded: bool) -> None:
+    for r in rows:
+        key = (r[0], decode(r[1]) if decoded else r[1])
+        have = out.get(key)
+        if have is None:
+            out[key] = list(r[2:])
+            continue
+        for i, v in enumerate(r[2:]):
+            if v is not None:
+                have[i] = v if have[i] is None else have[i] + v
+
+
+def _raw(
+    db: LedgerDb,
+    group: str,
+    bucket: str,
+    window: Window,
+    extra: str,
+    params: tuple[Any, ...],
+    top: int | None,
+) -> list[tuple[Any, ...]]:
+    where, wparams = window.where()
+    where = (where or " WHERE 1 = 1") + extra
+    all_params: tuple[Any, ...] = (*wparams, *params)
+    tail = ""
+    if group == "conversation":
+        where += " AND conversation IS NOT NULL"
+        if top is not None:
+            order = f"ORDER BY SUM({db.cost}) DESC NULLS LAST, conversation LIMIT ?"
+            if bucket == "none":
+                tail = " " + order
+                all_params = (*all_params, top)
+            else:
+                where += f" AND conversation IN (SELECT conversation FROM {TABLE}{where} GROUP BY 1 {order})"
+                all_params = (*all_params, *all_params, top)
+    sql = f"SELECT {db.bucket_sql(bucket)}, {db.group_sql(group)}, {db.aggregates()} FROM {TABLE}{where}"
+    return db.rows(sql + " GROUP BY 1, 2" + tail, all_params)
+
+
+def _rolled(
+    db: LedgerDb, table: str, group: str, bucket: str, tenant: str | None, first: Any, end: Any
+) -> list[tuple[Any, ...]]:
+    seconds = 3600 if table == ROLLUP_HOUR else 86_400
+    if bucket == "day" and table == ROLLUP_HOUR:
+        when = "bucket / 24"
+    elif bucket in ("hour", "day"):
+        when = "bucket"
+    else:
+        when = db.bucket_sql(bucket, f"bucket * {seconds}")
+    dim = "tenant" if group == "none" else group
+    if dim not in ROLLUP_DIMS:
+        raise ValueError(f"no rollup of {group!r}")
+    value = "'all'" if group == "none" else "value"
+    clauses, params = ["dim = ?"], [dim]
+    for sql, v in (("bucket >= ?", first), ("bucket < ?", end), ("tenant = ?", tenant)):
+        if v is not None:
+            clauses.append(sql)
+            params.append(v)
+    sums = ", ".join(f"SUM({m})" for m in ROLLUP_MEASURES)
+    sql = f"SELECT {when}, {value}, {sums} FROM {table} WHERE {' AND '.join(clauses)} GROUP BY 1, 2"
+    return db.rows(sql, params)

@@ -16,11 +16,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
-from gateway.ledger.query import ZERO, LedgerDb, Window, open_db
+from gateway.ledger.query import ZERO, LedgerDb, Window, grouped, open_db
 
-GroupBy = Literal["model", "route", "tenant", "provider", "key"]
+GroupBy = Literal["model", "route", "tenant", "provider", "key", "conversation"]
 GROUP_BY_CHOICES: Final[tuple[str, ...]] = get_args(GroupBy)
-Group = Literal["model", "route", "tenant", "provider", "key", "cause", "none"]
+Group = Literal["model", "route", "tenant", "provider", "key", "conversation", "cause", "none"]
 GROUPS: Final[tuple[str, ...]] = get_args(Group)
 Bucket = Literal["hour", "day", "month", "none"]
 BUCKETS: Final[tuple[str, ...]] = get_args(Bucket)
@@ -28,6 +28,7 @@ NONE_LABEL: Final = "(none)"
 _SINCE_RE: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
 _UNIT_SECONDS: Final[dict[str, int]] = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _ZERO: Final = ZERO
+TOP_CONVERSATIONS: Final = 20  # a conversation report lists the most expensive ones only
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,16 +74,6 @@ def _window(
     return Window(since, until, tenant)
 
 
-def _aggregates(db: LedgerDb) -> str:
-    cost, base = db.cost, db.baseline
-    return (
-        "COUNT(*), SUM(CASE WHEN status = 'ok' THEN 0 ELSE 1 END), "
-        f"SUM(CASE WHEN {cost} IS NULL THEN 1 ELSE 0 END), "
-        "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(cached_tokens), 0), "
-        f"COALESCE(SUM(output_tokens), 0), SUM({cost}), SUM({base}), SUM({base} - {cost})"
-    )
-
-
 def _line(db: LedgerDb, key: Any, r: Sequence[Any]) -> SpendLine:
     return SpendLine(
         key=None if key is None else str(key),
@@ -103,6 +94,14 @@ def _check(value: str, choices: tuple[str, ...], what: str) -> None:
         raise ValueError(f"bad {what} {value!r}: expected one of {', '.join(choices)}")
 
 
+def _top(group: str, top: int | None) -> int | None:
+    if top is not None and top < 1:
+        raise ValueError("top must be at least 1")
+    if group == "conversation":
+        return TOP_CONVERSATIONS if top is None else top
+    return top
+
+
 def spend(
     path_or_url: str | Path,
     by: GroupBy,
@@ -111,18 +110,26 @@ def spend(
     now: float | None = None,
     until: float | None = None,
     tenant: str | None = None,
+    top: int | None = None,
+    rollups: bool = True,
 ) -> list[SpendLine]:
     """Spend grouped ``by`` over the last ``since_seconds`` (None: all time), most expensive
-    first. A missing ledger file or an empty/unmigrated database gives an empty report."""
+    first (the ``top`` most expensive; conversations: the top ``TOP_CONVERSATIONS`` unless
+    told, rows without one left out). A missing ledger file or an empty/unmigrated database
+    gives an empty report. ``rollups=False``: from the raw rows alone (the check and the
+    benchmark's baseline)."""
     _check(by, GROUP_BY_CHOICES, "group")
-    where, params = _window(since_seconds, now, until, tenant).where()
+    limit = _top(by, top)
+    window = _window(since_seconds, now, until, tenant)
     with open_db(path_or_url) as db:
         if db is None:
             return []
-        sql = f"SELECT {db.group_sql(by)}, {_aggregates(db)} FROM ledger{where} GROUP BY 1"
-        lines = [_line(db, r[0], r[1:]) for r in db.rows(sql, params)]
+        db.rollups = db.rollups and rollups
+        lines = [
+            _line(db, key, sums) for (_, key), sums in grouped(db, by, "none", window, top=limit).items()
+        ]
     lines.sort(key=lambda ln: (-ln.cost_usd, ln.key is None, ln.key or ""))
-    return lines
+    return lines if limit is None else lines[:limit]
 
 
 def spend_series(
@@ -134,24 +141,25 @@ def spend_series(
     now: float | None = None,
     until: float | None = None,
     tenant: str | None = None,
+    top: int | None = None,
+    rollups: bool = True,
 ) -> list[dict[str, Any]]:
     """Spend per (time bucket, group), oldest bucket first; money as exact decimal strings.
-    ``group``: model|route|tenant|provider|key|cause|none; ``bucket``: hour|day|month|none
-    (labels ``2026-11-30T05:00:00Z``, ``2026-11-30``, ``2026-11``, ``all``; UTC)."""
+    ``group``: model|route|tenant|provider|key|conversation|cause|none; ``bucket``:
+    hour|day|month|none (labels ``2026-11-30T05:00:00Z``, ``2026-11-30``, ``2026-11``,
+    ``all``; UTC). Conversations: the ``top`` most expensive over the window (see ``spend``)."""
     _check(group, GROUPS, "group_by")
     _check(bucket, BUCKETS, "bucket")
-    where, params = _window(since_seconds, now, until, tenant).where()
+    limit = _top(group, top) if group == "conversation" else None
+    window = _window(since_seconds, now, until, tenant)
     with open_db(url) as db:
         if db is None:
             return []
-        sql = (
-            f"SELECT {db.bucket_sql(bucket)}, {db.group_sql(group)}, {_aggregates(db)} "
-            f"FROM ledger{where} GROUP BY 1, 2"
-        )
+        db.rollups = db.rollups and rollups
         out = []
-        for r in db.rows(sql, params):
-            ln = _line(db, r[1], r[2:])
-            out.append({"bucket": db.bucket_label(bucket, r[0]), "group": ln.key, **_line_json(ln, False)})
+        for (when, key), sums in grouped(db, group, bucket, window, top=limit).items():
+            ln = _line(db, key, sums)
+            out.append({"bucket": db.bucket_label(bucket, when), "group": ln.key, **_line_json(ln, False)})
     out.sort(key=lambda d: (d["bucket"], d["group"] is None, d["group"] or ""))
     return out
 

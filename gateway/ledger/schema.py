@@ -9,6 +9,12 @@ of 1e-10 USD (``cost_e10``) that SQL can sum exactly and fast.
   v2  savings_cause, route_decision; request_id UNIQUE (idempotent inserts, duplicates from
       before v2 are dropped, the first kept); indexes on (key_id, ts), (route, ts),
       (tenant, served_model, ts); SQLite: cost_e10/baseline_e10 (back-filled)
+  v3  conversation (a short non-secret id, see ``core.ledger_row.conversation_id``); index on
+      (conversation, ts); old rows keep NULL
+  v4  the rollups ``ledger_rollup_hour`` and ``ledger_rollup_day`` (see ``rollup``): per time
+      bucket, dimension (model, route, tenant, provider, key, cause), tenant and value, the
+      sums a report needs, money exact (SQLite: INTEGER 1e-10 USD; PostgreSQL: NUMERIC);
+      back-filled from the existing rows, then kept by the writers in the insert's transaction
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Any, Final, Protocol
 from gateway.core.ledger_row import LedgerRow
 
 TABLE: Final = "ledger"
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 4
 COLUMNS: Final[tuple[str, ...]] = tuple(f.name for f in fields(LedgerRow))
 SQLITE_COLUMNS: Final = (*COLUMNS, "cost_e10", "baseline_e10")
 
@@ -70,6 +76,77 @@ _V2_COMMON: Final = (
     f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_tenant_model_ts ON {TABLE} (tenant, served_model, ts)",
 )
 
+_V3: Final = (
+    f"ALTER TABLE {TABLE} ADD COLUMN conversation TEXT",
+    f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_conversation_ts ON {TABLE} (conversation, ts)",
+)
+
+# -- v4: rollups --------------------------------------------------------------------------
+ROLLUP_HOUR: Final = f"{TABLE}_rollup_hour"
+ROLLUP_DAY: Final = f"{TABLE}_rollup_day"
+ROLLUP_DIMS: Final[tuple[str, ...]] = ("model", "route", "tenant", "provider", "key", "cause")
+CACHE_LABEL: Final = "(cache)"  # cache hits have no served model/provider
+# The value of each dimension over a raw row (the reports' grouping expressions).
+DIM_SQL: Final[dict[str, str]] = {
+    "model": f"COALESCE(served_model, CASE WHEN cache_status = 'hit' THEN '{CACHE_LABEL}' END)",
+    "route": "route",
+    "tenant": "tenant",
+    "provider": f"COALESCE(provider, CASE WHEN cache_status = 'hit' THEN '{CACHE_LABEL}' END)",
+    "key": "key_id",
+    "cause": "savings_cause",
+}
+# A rollup value is '' for NULL and '=' + the value otherwise (so '' stays distinct from NULL).
+ROLLUP_MEASURES: Final[tuple[str, ...]] = (
+    "requests",
+    "errors",
+    "unpriced",
+    "input_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "cost",
+    "baseline",
+    "savings",
+)
+ROLLUP_KEY: Final[tuple[str, ...]] = ("dim", "bucket", "tenant", "value")
+
+
+def _rollup_tables(integer: str, money: str, suffix: str) -> tuple[str, ...]:
+    cols = ", ".join(
+        f"{m} {money if m in ('cost', 'baseline', 'savings') else integer} NOT NULL" for m in ROLLUP_MEASURES
+    )
+    return tuple(
+        f"CREATE TABLE IF NOT EXISTS {name} (dim TEXT NOT NULL, bucket {integer} NOT NULL, "
+        f"tenant TEXT NOT NULL, value TEXT NOT NULL, {cols}, PRIMARY KEY ({', '.join(ROLLUP_KEY)})){suffix}"
+        for name in (ROLLUP_HOUR, ROLLUP_DAY)
+    )
+
+
+def _backfill(hour: str, cost: str, baseline: str) -> tuple[str, ...]:
+    """Fill the rollups from the raw rows (``hour``: the dialect's hour bucket of ``ts``)."""
+    sums = (
+        "COUNT(*), SUM(CASE WHEN status = 'ok' THEN 0 ELSE 1 END), "
+        f"SUM(CASE WHEN {cost} IS NULL THEN 1 ELSE 0 END), COALESCE(SUM(input_tokens), 0), "
+        "COALESCE(SUM(cached_tokens), 0), COALESCE(SUM(output_tokens), 0), "
+        f"COALESCE(SUM({cost}), 0), COALESCE(SUM({baseline}), 0), COALESCE(SUM({baseline} - {cost}), 0)"
+    )
+    cols = ", ".join((*ROLLUP_KEY, *ROLLUP_MEASURES))
+    stmts = [
+        f"INSERT INTO {ROLLUP_HOUR} ({cols}) SELECT '{dim}', {hour}, tenant, COALESCE('=' || {expr}, ''), "
+        f"{sums} FROM {TABLE} GROUP BY 2, 3, 4"
+        for dim, expr in DIM_SQL.items()
+    ]
+    day_sums = ", ".join(f"SUM({m})" for m in ROLLUP_MEASURES)
+    stmts.append(
+        f"INSERT INTO {ROLLUP_DAY} ({cols}) SELECT dim, bucket / 24, tenant, value, {day_sums} "
+        f"FROM {ROLLUP_HOUR} GROUP BY 1, 2, 3, 4"
+    )
+    return tuple(stmts)
+
+
+# The hour bucket of a row: trunc(ts / 3600) in IEEE double arithmetic, as ``rollup.hour_of``.
+SQLITE_HOUR_SQL: Final = "CAST(ts / 3600 AS INTEGER)"
+POSTGRES_HOUR_SQL: Final = "CAST(floor(ts / 3600) AS BIGINT)"
+
 SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     1: _v1("TEXT", "REAL", "INTEGER PRIMARY KEY"),
     2: (
@@ -81,6 +158,11 @@ SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         f"UPDATE {TABLE} SET cost_e10 = sy_e10(cost_usd), baseline_e10 = sy_e10(baseline_cost_usd)",
         *_V2_COMMON,
     ),
+    3: _V3,
+    4: (
+        *_rollup_tables("INTEGER", "INTEGER", " WITHOUT ROWID"),
+        *_backfill(SQLITE_HOUR_SQL, "cost_e10", "baseline_e10"),
+    ),
 }
 
 POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -89,6 +171,14 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS savings_cause TEXT NOT NULL DEFAULT 'none'",
         f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS route_decision TEXT",
         *_V2_COMMON,
+    ),
+    3: (
+        f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS conversation TEXT",
+        f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_conversation_ts ON {TABLE} (conversation, ts)",
+    ),
+    4: (
+        *_rollup_tables("BIGINT", "NUMERIC(38, 10)", ""),
+        *_backfill(POSTGRES_HOUR_SQL, "cost_usd", "baseline_cost_usd"),
     ),
 }
 

@@ -167,6 +167,7 @@ def row_params(row: LedgerRow) -> tuple[Param, ...]:
         row.classifier_score,
         row.savings_cause,
         row.route_decision,
+        row.conversation,
         money_e10(row.cost_usd),
         money_e10(row.baseline_cost_usd),
     )

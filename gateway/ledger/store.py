@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.core.ledger_row import LedgerRow
+from gateway.ledger import rollup
 from gateway.ledger.query import spent_since
 from gateway.ledger.sqlite import (
     BUSY_TIMEOUT_MS,
@@ -40,6 +41,7 @@ from gateway.ledger.sqlite import (
     INSERT_SQL,
     SCHEMA_VERSION,
     TABLE,
+    Param,
     connect,
     immediate,
     is_locked_error,
@@ -62,6 +64,7 @@ __all__ = [
 Waiter = tuple[LedgerRow, "asyncio.Future[bool]"]
 
 log = logging.getLogger(__name__)
+_ID_CHUNK = 500  # request ids per duplicate probe (under SQLite's bound parameter limit)
 
 
 def _resolve(futures: list[asyncio.Future[bool]], committed: bool) -> None:
@@ -80,8 +83,25 @@ class _Marker:
         self.done = threading.Event()
 
 
+def _fresh(conn: sqlite3.Connection, params: list[tuple[Param, ...]]) -> list[tuple[Param, ...]]:
+    """The rows of ``params`` the insert will really insert: the first of each request id,
+    unless the table has it already (read in the insert's own write transaction)."""
+    seen: dict[Param, tuple[Param, ...]] = {}
+    for p in params:
+        seen.setdefault(p[0], p)
+    ids = list(seen)
+    for i in range(0, len(ids), _ID_CHUNK):
+        chunk = ids[i : i + _ID_CHUNK]
+        marks = ", ".join("?" for _ in chunk)
+        for (found,) in conn.execute(f"SELECT request_id FROM {TABLE} WHERE request_id IN ({marks})", chunk):
+            del seen[found]
+    return list(seen.values())
+
+
 class SQLiteLedger:
     """Durable ledger with a batched background writer; see the module docstring."""
+
+    _rollups = True  # keep the rollups (the PostgreSQL outbox keeps none: its rows move on)
 
     def __init__(
         self,
@@ -330,7 +350,13 @@ class SQLiteLedger:
             raise sqlite3.OperationalError("ledger connection is closed")
         params = [row_params(r) for r in batch]
         with immediate(conn):
-            conn.executemany(INSERT_SQL, params)
+            if not self._rollups:
+                conn.executemany(INSERT_SQL, params)
+                return
+            fresh = _fresh(conn, params)
+            conn.executemany(INSERT_SQL, fresh)
+            for table, table_cells in rollup.cells(rollup.facts(fresh)).items():
+                conn.executemany(rollup.SQLITE_UPSERT[table], rollup.params(table_cells))
 
     def _insert_one_by_one(self, batch: list[LedgerRow]) -> None:
         for row in batch:
