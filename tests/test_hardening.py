@@ -257,34 +257,122 @@ def test_deadline_cuts_a_drip_stream(tmp_path: Path, liar: LyingUpstream) -> Non
 
 
 # ----------------------------------------------------------------- class 7: slow bodies
-def test_slow_bodies_time_out_and_free_their_admission_slots(tmp_path: Path, liar: LyingUpstream) -> None:
+def stalled_bodies(port: int, key: str, n: int) -> list[Any]:
+    """``n`` raw connections that send their headers and the first byte of a 1,000-byte body."""
     import socket
 
-    extra = "server: {max_in_flight: 8, body_timeout_s: 1}\n"
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        head = f"POST {CHAT} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
+        s.sendall((head + "content-type: application/json\r\ncontent-length: 1000\r\n\r\n{").encode())
+        socks.append(s)
+    return socks
+
+
+def answer_of(sock: Any) -> bytes:
+    """The whole HTTP response on ``sock`` (headers and a Content-Length body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        part = sock.recv(65536)
+        if not part:
+            return data
+        data += part
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = next(
+        (int(ln.split(b":")[1]) for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")),
+        0,
+    )
+    while len(rest) < length and (part := sock.recv(65536)):
+        rest += part
+    return head + b"\r\n\r\n" + rest
+
+
+def test_slow_bodies_do_not_hold_admission_slots_and_time_out(tmp_path: Path, liar: LyingUpstream) -> None:
+    extra = "server: {max_in_flight: 8, body_timeout_s: 2}\n"
     gw = start_gateway(tmp_path, lying_policy(liar.base_url, extra))
-    key = gw.key("capped")
-    socks: list[socket.socket] = []
+    body = {"model": "lie", "messages": HELLO}
+    assert gw.post(CHAT, body, tenant="capped").status_code == 200  # warm (first-call costs)
+    socks = stalled_bodies(gw.port, gw.key("capped"), 32)  # 4x the in-flight bound, never finished
     try:
-        for _ in range(8):  # every slot held by a body that never finishes
-            s = socket.create_connection(("127.0.0.1", gw.port), timeout=5)
-            head = f"POST {CHAT} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
-            s.sendall((head + "content-type: application/json\r\ncontent-length: 1000\r\n\r\n{").encode())
-            socks.append(s)
         time.sleep(0.3)
-        body = {"model": "lie", "messages": HELLO}
-        assert gw.post(CHAT, body, tenant="capped").status_code == 503  # all slots held
-        time.sleep(1.5)
-        t0 = time.monotonic()
-        r = gw.post(CHAT, body, tenant="capped")
-        assert r.status_code == 200, r.text  # the slow bodies were cut, their slots freed
-        assert time.monotonic() - t0 < 1.0
-        for s in socks:
-            answer = s.recv(65536)
+        opened = time.monotonic()
+        for _ in range(3):  # served: reading a body does not take an in-flight slot
+            r = gw.post(CHAT, body, tenant="capped")
+            assert r.status_code == 200, r.text
+        for s in socks:  # ... while every slow body was still held open (not cut yet)
+            s.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                s.recv(1)
+            s.settimeout(10)
+        for s in socks:  # and the slow bodies are cut after body_timeout_s
+            answer = answer_of(s)
             assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
             assert b"request_timeout" in answer
+        assert 1.5 < time.monotonic() - opened < 5.0
+        gate = gw.server.config.app
+        assert (gate.reading, gate.in_flight) == (0, 0)
     finally:
         for s in socks:
             s.close()
+        gw.stop()
+
+
+def test_body_reads_have_their_own_bound(tmp_path: Path, liar: LyingUpstream) -> None:
+    extra = "server: {max_in_flight: 8, max_body_reads: 4, body_timeout_s: 2}\n"
+    gw = start_gateway(tmp_path, lying_policy(liar.base_url, extra))
+    socks = stalled_bodies(gw.port, gw.key("capped"), 4)
+    try:
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        r = gw.post(CHAT, {"model": "lie", "messages": HELLO}, tenant="capped")
+        assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded", r.text
+        assert r.headers["retry-after"] == "1" and time.monotonic() - t0 < 1.0
+        assert gw.get("/v1/models", headers=gw.headers("capped")).status_code == 200  # no body: served
+        assert 'switchyard_load_shed_total{reason="body_reads"} 1.0' in gw.get("/metrics").text
+        for s in socks:
+            assert answer_of(s).startswith(b"HTTP/1.1 408")
+        r = gw.post(CHAT, {"model": "lie", "messages": HELLO}, tenant="capped")
+        assert r.status_code == 200, r.text
+    finally:
+        for s in socks:
+            s.close()
+        gw.stop()
+
+
+def test_a_body_that_completes_while_the_gateway_is_full_is_shed(tmp_path: Path, liar: LyingUpstream) -> None:
+    liar.delay_s = 1.5  # the one in-flight slot stays held by a slow answer
+
+    def events() -> Iterator[Json]:
+        yield chunk("slow")
+        yield chunk(None, {"prompt_tokens": 3, "completion_tokens": 1})
+
+    liar.events = events
+    gw = start_gateway(tmp_path, lying_policy(liar.base_url, "server: {max_in_flight: 1}\n"))
+    key = gw.key("capped")
+    (sock,) = stalled_bodies(gw.port, key, 1)
+    try:
+        import threading
+
+        slow = threading.Thread(
+            target=gw.post,
+            args=(CHAT, {"model": "lie", "messages": HELLO, "stream": True}),
+            kwargs={"tenant": "capped"},
+        )
+        slow.start()
+        deadline = time.monotonic() + 5
+        while not liar.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        rest = '"model": "lie", "messages": [{"role": "user", "content": "hi"}]}'
+        sock.sendall(rest.ljust(999).encode())  # the body is whole now, and the gateway is full
+        answer = answer_of(sock)
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+        assert b"retry-after: 1" in answer.lower() and b'"code":"overloaded"' in answer
+        slow.join(10)
+        assert len(liar.requests) == 1
+        assert [x["status"] for x in gw.ledger_rows()] == ["ok"]
+    finally:
+        sock.close()
         gw.stop()
 
 

@@ -26,6 +26,9 @@ class ServerPolicy(_Strict):
     # A request body must arrive whole within this time (else 408): a client that never
     # finishes its body cannot hold an admission slot for longer.
     body_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    # Requests whose body is still arriving, per worker (their own bound, not max_in_flight:
+    # a slow body holds a socket, not a model call); more get a fast 503. null: no limit.
+    max_body_reads: int | None = Field(default=4096, gt=0)
 
 
 class EngineLoadPolicy(_Strict):
