@@ -167,8 +167,23 @@ class SemanticLookup(Protocol):
 class Limits(Protocol):
     """Rate limits and budgets (in-process, or shared through Redis)."""
 
-    async def admit(self, policy: PolicyT, tenant: str, key_id: str | None) -> None:
-        """Raise RateLimitError (429 with Retry-After) when a rate limit refuses."""
+    @property
+    def shared(self) -> bool:
+        """Shared (Redis): ``admit`` given the budget candidates saves a round trip."""
+        ...
+
+    async def admit(
+        self,
+        policy: PolicyT,
+        tenant: str,
+        key_id: str | None,
+        *,
+        body: Mapping[str, Any] | None = None,
+        candidates: Sequence[Candidate] = (),
+    ) -> Reservation | None:
+        """Raise RateLimitError (429 with Retry-After) when a rate limit refuses. Given the
+        ``body`` and budget ``candidates``, it may take the reservation too: what it returns
+        goes to ``reserve(held=...)`` (or ``release``/``finish``)."""
         ...
 
     def candidate(
@@ -182,12 +197,26 @@ class Limits(Protocol):
         key_id: str | None,
         body: Mapping[str, Any],
         candidates: Sequence[Candidate],
+        held: Reservation | None = None,
     ) -> tuple[int, Reservation | None]:
         """Reserve the worst case on the first candidate whose budgets allow it: (its index,
-        the reservation or None when no budget applies); 429 ``budget_exceeded`` otherwise."""
+        the reservation or None when no budget applies); 429 ``budget_exceeded`` otherwise.
+        ``held``: what ``admit`` returned (its outcome is used when it fits ``candidates``)."""
         ...
 
     def settle(self, reservation: Reservation | None, cost: Decimal | None) -> None: ...
+
+    def finish(
+        self,
+        policy: PolicyT,
+        key_id: str | None,
+        tokens: int,
+        reservation: Reservation | None,
+        cost: Decimal | None,
+    ) -> None:
+        """A served request: its tokens to the key's tokens-per-minute bucket and the
+        reservation settled to ``cost`` (one background round trip with Redis)."""
+        ...
 
     def release(self, reservation: Reservation | None) -> None: ...
 

@@ -78,9 +78,7 @@ def _settle(svc: Services, ex: Exchange, cost: Decimal | None) -> None:
         svc.limits.release(reservation)
         return
     tokens = (ex.usage.input_tokens or 0) + (ex.usage.output_tokens or 0)
-    svc.limits.record_tokens(svc.policy, ex.principal.key_id, tokens)
-    if reservation is not None:
-        svc.limits.settle(reservation, cost)
+    svc.limits.finish(svc.policy, ex.principal.key_id, tokens, reservation, cost)
 
 
 def _metrics(svc: Services, ex: Exchange, served: Target | None, cost: Decimal | None, total: float) -> None:

@@ -39,7 +39,7 @@ log = logging.getLogger("switchyard")
 async def chat(svc: Services, req: ChatRequest, ex: Exchange) -> Reply:
     ex.endpoint, ex.requested, ex.stream = "chat", req.model, req.stream
     async with guarded(svc, ex):
-        plan = await admit(svc, req.model, ex, "chat")
+        plan = await admit(svc, req.model, ex, "chat", req.body)
         ex.conversation = conversation_key(ex.principal.tenant, plan.name, req.body)
         body = apply_params(req.body, plan.policy.params)
         key = caching.cache_key(svc, plan, body, ex)
@@ -68,7 +68,7 @@ async def passthrough(svc: Services, endpoint: str, body: dict[str, Any], ex: Ex
     """/v1/completions and /v1/embeddings: routed, retried, metered; not cached."""
     ex.endpoint, ex.requested = endpoint, str(body.get("model"))
     async with guarded(svc, ex):
-        plan = await admit(svc, body.get("model"), ex, endpoint)
+        plan = await admit(svc, body.get("model"), ex, endpoint, body)
         body = apply_params(body, plan.policy.params)
         plan = await reserve(svc, plan, body, ex)
 
@@ -85,10 +85,20 @@ async def passthrough(svc: Services, endpoint: str, body: dict[str, Any], ex: Ex
 
 
 # --------------------------------------------------------------------------- steps
-async def admit(svc: Services, model: object, ex: Exchange, kind: str) -> RoutePlan:
-    """Route the request, then apply the rate limits."""
+async def admit(
+    svc: Services, model: object, ex: Exchange, kind: str, body: dict[str, Any] | None = None
+) -> RoutePlan:
+    """Route the request, then apply the rate limits. With shared (Redis) limits and the
+    request's ``body``, the budget reservation ``reserve`` will need is taken in the same
+    round trip (routes with a classifier excepted: their plan is known only later)."""
     plan = ex.plan = svc.router.plan(model, ex.principal, kind)
-    await svc.limits.admit(svc.policy, ex.principal.tenant, ex.principal.key_id)
+    who = ex.principal
+    if body is None or plan.auto is not None or not svc.limits.shared:
+        await svc.limits.admit(svc.policy, who.tenant, who.key_id)
+        return plan
+    cands = _candidates(svc, plan, ex)[1]
+    body = apply_params(body, plan.policy.params)
+    ex.reservation = await svc.limits.admit(svc.policy, who.tenant, who.key_id, body=body, candidates=cands)
     return plan
 
 
@@ -104,15 +114,29 @@ async def _classify(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Ex
     return choice.plan
 
 
-async def reserve(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exchange) -> RoutePlan:
-    """Reserve the worst-case cost on the budgets; spill to the route's fallback if asked."""
+def _candidates(svc: Services, plan: RoutePlan, ex: Exchange) -> tuple[list[RoutePlan], list[Any]]:
+    """The plans a request may be reserved on (the route, then its spill_to) and their budget
+    candidates."""
     plans = [plan]
     spill = plan.policy.on_budget_exceeded.spill_to
     if spill is not None:
         plans.append(svc.router.plan(spill, ex.principal, plan.kind))
-    cands = [svc.limits.candidate(svc.policy, p.name, p.kind, p.policy, p.targets) for p in plans]
+    return plans, [svc.limits.candidate(svc.policy, p.name, p.kind, p.policy, p.targets) for p in plans]
+
+
+async def reserve(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exchange) -> RoutePlan:
+    """Reserve the worst-case cost on the budgets; spill to the route's fallback if asked.
+    What ``admit`` already reserved for the same plans is taken over (no second round trip)."""
+    plans, cands = _candidates(svc, plan, ex)
     who = ex.principal
-    index, ex.reservation = await svc.limits.reserve(svc.policy, who.tenant, who.key_id, body, cands)
+    held, ex.reservation = ex.reservation, None
+    try:
+        index, ex.reservation = await svc.limits.reserve(
+            svc.policy, who.tenant, who.key_id, body, cands, held=held
+        )
+    except BaseException:
+        svc.limits.release(held)  # refused or failed: nothing of the admission's stays held
+        raise
     ex.plan = plans[index]
     return plans[index]
 

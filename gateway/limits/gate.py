@@ -5,6 +5,12 @@ Without Redis everything is in this process. With Redis (``RedisStore``) buckets
 counters are shared by every replica; when Redis fails the gate either falls back to its
 in-process state (``fail_open``, the default; each fallback is counted through
 ``on_backend_error``) or refuses with 503.
+
+With Redis a request costs one awaited round trip: ``admit`` given the body and the budget
+candidates checks the rate limits and takes the worst-case reservation in one script (an
+``Admission``; a budget refusal is kept for ``reserve`` to raise, so a cache hit is still
+served), ``reserve`` hands that reservation out, and ``finish`` sends the tokens-per-minute
+debit and the settlement together, in the background.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
@@ -77,6 +84,26 @@ def output_multiplier(body: Mapping[str, Any]) -> int:
     return answers * prompts
 
 
+@dataclass(slots=True)
+class Admission:
+    """What ``admit`` settled about the budgets of ``candidates`` (with Redis): the candidate
+    reserved on and its reservation, or (``chosen`` None) the line that refused the first."""
+
+    candidates: tuple[Candidate, ...]
+    chosen: int | None
+    reservation: Reservation | None
+    refused: BudgetLine | None
+
+    def matches(self, candidates: Sequence[Candidate]) -> bool:
+        return len(candidates) == len(self.candidates) and all(
+            a is b for a, b in zip(candidates, self.candidates, strict=True)
+        )
+
+
+def _held(reservation: Reservation | Admission | None) -> Reservation | None:
+    return reservation.reservation if isinstance(reservation, Admission) else reservation
+
+
 class Limits:
     def __init__(
         self,
@@ -129,25 +156,88 @@ class Limits:
         return self.plans.candidate(policy, route, kind, route_policy, targets)
 
     # ------------------------------------------------------------------ rate limits
-    async def admit(self, policy: Policy, tenant: str, key_id: str | None) -> None:
-        """Apply the tenant's and key's request/token rate limits; 429 with Retry-After."""
+    @property
+    def shared(self) -> bool:
+        """Limits live in Redis: ``admit`` with the budget candidates saves a round trip."""
+        return self.redis is not None
+
+    async def admit(
+        self,
+        policy: Policy,
+        tenant: str,
+        key_id: str | None,
+        *,
+        body: Mapping[str, Any] | None = None,
+        candidates: Sequence[Candidate] = (),
+    ) -> Admission | None:
+        """Apply the tenant's and key's request/token rate limits; 429 with Retry-After.
+
+        With Redis, a ``body`` and the budget ``candidates`` it will be reserved on, the
+        worst-case reservation is taken in the same script: the ``Admission`` returned goes
+        back to ``reserve`` (and to ``release``/``finish`` if the request ends before)."""
         if key_id is not None and time.monotonic() - self._key_limits_at > KEY_LIMITS_TTL_S:
             self.refresh_key_limits()
         checks = self.plans.rates(policy, tenant, key_id)[0]
-        if not checks:
-            return
+        budgeted = None
+        if self.redis is not None and body is not None and candidates:
+            budgeted = self._amounts(policy, tenant, key_id, body, candidates)
+        if not checks and budgeted is None:
+            return None
         refusal = None
-        local = True
         if self.redis is not None:
             try:
-                refusal = await self.redis.apply(checks)
-                local = False
+                if budgeted is None:
+                    refusal = await self.redis.apply(checks)
+                else:
+                    pairs = [(lines, amount) for _, lines, amount in budgeted]
+                    refusal, chosen, first = await self.redis.admit(checks, pairs)
+                    if refusal is None:
+                        return self._admission(budgeted, chosen, first)
             except Exception as exc:
                 self._backend_failed(exc)
-        if local:
+                refusal = self.buckets.apply(checks)  # fail open: the budgets wait for reserve()
+        else:
             refusal = self.buckets.apply(checks)
         if refusal is not None:
             raise refused(checks[refusal[0]], refusal[1])
+        return None
+
+    def _amounts(
+        self,
+        policy: Policy,
+        tenant: str,
+        key_id: str | None,
+        body: Mapping[str, Any],
+        candidates: Sequence[Candidate],
+    ) -> list[tuple[Candidate, tuple[BudgetLine, ...], int]] | None:
+        """(candidate, lines, worst case) up to the first candidate without budgets, as
+        ``reserve`` would try them; None when the first has none (nothing to reserve)."""
+        out: list[tuple[Candidate, tuple[BudgetLine, ...], int]] = []
+        prompt: int | None = None
+        for cand in candidates:
+            lines = self.lines(policy, tenant, key_id, cand.route)
+            if not lines:
+                if not out:
+                    return None
+                out.append((cand, lines, 0))
+                break
+            if prompt is None:
+                prompt = self._prompt_bound(body, cand.model)
+            out.append((cand, lines, self._worst_case(body, cand, prompt)))
+        return out
+
+    def _admission(
+        self,
+        budgeted: list[tuple[Candidate, tuple[BudgetLine, ...], int]],
+        chosen: int | None,
+        first: int | None,
+    ) -> Admission:
+        cands = tuple(c for c, _, _ in budgeted)
+        if chosen is None:
+            assert first is not None
+            return Admission(cands, None, None, budgeted[0][1][first])
+        _, lines, amount = budgeted[chosen]
+        return Admission(cands, chosen, Reservation(lines, amount, True) if lines else None, None)
 
     def record_tokens(self, policy: Policy, key_id: str | None, tokens: int) -> None:
         """Charge the tokens a request used to its key's tokens-per-minute bucket."""
@@ -181,10 +271,20 @@ class Limits:
         key_id: str | None,
         body: Mapping[str, Any],
         candidates: Sequence[Candidate],
+        held: Reservation | Admission | None = None,
     ) -> tuple[int, Reservation | None]:
         """Reserve the worst case on the first candidate whose budgets allow it. Returns (index
         of the candidate, reservation or None when no budget applies); raises 429
-        ``budget_exceeded`` naming the first budget that refused when none allows it."""
+        ``budget_exceeded`` naming the first budget that refused when none allows it.
+        ``held``: what ``admit`` returned; when it was taken for these candidates, its
+        outcome is the answer (no second round trip)."""
+        if isinstance(held, Admission):
+            if held.matches(candidates):
+                if held.chosen is None:
+                    assert held.refused is not None
+                    raise exceeded(held.refused, time.time())
+                return held.chosen, held.reservation
+            self.release(held)  # taken for another plan: give it back, reserve afresh
         first_refusal: BudgetLine | None = None
         prompt: int | None = None
         for index, cand in enumerate(candidates):
@@ -192,17 +292,25 @@ class Limits:
             if not lines:
                 return index, None
             if prompt is None:
-                prompt = prompt_token_bound(body)  # an upper bound, cheap at any size
-                if prompt <= EXACT_PROMPT_BYTES:  # small enough to tokenize on the loop
-                    prompt = self._prompt_tokens(body, cand.model)
-            max_out = (requested_max_output(body) or cand.max_output_tokens) * output_multiplier(body)
-            amount = cand.worst_case(prompt, max_out)
+                prompt = self._prompt_bound(body, cand.model)
+            amount = self._worst_case(body, cand, prompt)
             refusal, remote = await self._reserve(lines, amount)
             if refusal is None:
                 return index, Reservation(lines, amount, remote)
             first_refusal = first_refusal or lines[refusal]
         assert first_refusal is not None
         raise exceeded(first_refusal, time.time())
+
+    def _prompt_bound(self, body: Mapping[str, Any], model: str) -> int:
+        prompt = prompt_token_bound(body)  # an upper bound, cheap at any size
+        if prompt <= EXACT_PROMPT_BYTES:  # small enough to tokenize on the loop
+            prompt = self._prompt_tokens(body, model)
+        return prompt
+
+    @staticmethod
+    def _worst_case(body: Mapping[str, Any], cand: Candidate, prompt: int) -> int:
+        max_out = (requested_max_output(body) or cand.max_output_tokens) * output_multiplier(body)
+        return cand.worst_case(prompt, max_out)
 
     async def _reserve(self, lines: Sequence[BudgetLine], amount: int) -> tuple[int | None, bool]:
         if self.redis is not None:
@@ -212,8 +320,9 @@ class Limits:
                 self._backend_failed(exc)
         return self.book.reserve(lines, amount), False
 
-    def settle(self, reservation: Reservation | None, cost: Decimal | None) -> None:
+    def settle(self, reservation: Reservation | Admission | None, cost: Decimal | None) -> None:
         """Replace the reservation by the real cost (None: unknown, the reservation stays)."""
+        reservation = _held(reservation)
         if reservation is None or not reservation.open:
             return
         reservation.open = False
@@ -221,8 +330,9 @@ class Limits:
             return
         self._adjust(reservation, to_nanos(cost) - reservation.amount)
 
-    def release(self, reservation: Reservation | None) -> None:
+    def release(self, reservation: Reservation | Admission | None) -> None:
         """Give the whole reservation back (the call failed: nothing was spent)."""
+        reservation = _held(reservation)
         if reservation is None or not reservation.open:
             return
         reservation.open = False
@@ -235,6 +345,52 @@ class Limits:
             self._spawn(self._remote_adjust(reservation.lines, delta))
         else:
             self.book.adjust(reservation.lines, delta)
+
+    def finish(
+        self,
+        policy: Policy,
+        key_id: str | None,
+        tokens: int,
+        reservation: Reservation | Admission | None,
+        cost: Decimal | None,
+    ) -> None:
+        """A served request: charge ``tokens`` to the key's tokens-per-minute bucket and settle
+        the reservation to ``cost`` (as ``record_tokens`` + ``settle``); with Redis both go
+        in one script, in the background."""
+        debits: tuple[BucketCheck, ...] = ()
+        if key_id is not None and tokens > 0:
+            tpm = self.plans.rates(policy, "", key_id)[1]
+            if tpm is not None:
+                debits = (BucketCheck(tpm[0], tpm[1], float(tokens), "debit", tpm[2]),)
+        res = _held(reservation)
+        lines: tuple[BudgetLine, ...] = ()
+        delta = 0
+        if res is not None and res.open:
+            res.open = False
+            if cost is not None:
+                lines, delta = res.lines, to_nanos(cost) - res.amount
+        if self.redis is None:
+            if debits:
+                self.buckets.apply(debits)
+            if delta:
+                self.book.adjust(lines, delta)
+            return
+        if delta and res is not None and not res.remote:  # held in process (a fallback)
+            self.book.adjust(lines, delta)
+            lines, delta = (), 0
+        if debits or delta:
+            self._spawn(self._remote_finish(debits, lines, delta))
+
+    async def _remote_finish(
+        self, debits: Sequence[BucketCheck], lines: Sequence[BudgetLine], delta: int
+    ) -> None:
+        assert self.redis is not None
+        try:
+            await self.redis.finish(debits, lines, delta)
+        except Exception as exc:
+            self._backend_failed(exc, background=True)
+            if debits:
+                self.buckets.apply(debits)
 
     async def _remote_adjust(self, lines: Sequence[BudgetLine], delta: int) -> None:
         assert self.redis is not None

@@ -1,8 +1,12 @@
 """Rate-limit buckets and budget counters shared by several replicas through Redis.
 
 Each operation is one atomic Lua script (one round trip): a request either passes every check
-and is charged on every bucket/budget, or is refused and charges nothing. The bucket script
-uses Redis' own clock (``TIME``) so replicas with skewed clocks agree.
+and is charged on every bucket/budget, or is refused and charges nothing. The bucket scripts
+use Redis' own clock (``TIME``) so replicas with skewed clocks agree.
+
+A request needs two: ``admit`` (every rate-limit bucket, then the worst-case reservation on
+the first candidate route whose budgets all allow it; awaited) and ``finish`` (the
+tokens-per-minute debit and the budget settlement together; off the response's path).
 """
 
 from __future__ import annotations
@@ -69,6 +73,96 @@ end
 return 0
 """
 
+# One admission: ARGV = nb, (cap, cost, mode) x nb, nc, then per candidate: n, amount,
+# (limit, ttl) x n; KEYS = the nb bucket keys, then each candidate's n counter keys. Returns
+# {1, bucket, wait} when a bucket refuses (nothing charged), else (buckets charged)
+# {0, chosen candidate or 0 when every one refused, the first candidate's refusing line}.
+_ADMIT_LUA: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local nb = tonumber(ARGV[1])
+local after = {}
+for i = 1, nb do
+  local base = 1 + (i - 1) * 3
+  local cap = tonumber(ARGV[base + 1])
+  local cost = tonumber(ARGV[base + 2])
+  local mode = ARGV[base + 3]
+  local rate = cap / 60.0
+  local v = redis.call('HMGET', KEYS[i], 't', 'ts')
+  local tokens = tonumber(v[1])
+  local ts = tonumber(v[2])
+  if tokens == nil or ts == nil then tokens = cap; ts = now end
+  tokens = math.min(cap, tokens + math.max(0, now - ts) * rate)
+  if mode == 'take' then
+    if tokens < cost then return {1, i, tostring((cost - tokens) / rate)} end
+    tokens = tokens - cost
+  elseif mode == 'check' then
+    if tokens < 1 then return {1, i, tostring((1 - tokens) / rate)} end
+  else
+    tokens = tokens - cost
+  end
+  after[i] = tokens
+end
+for i = 1, nb do
+  local cap = tonumber(ARGV[1 + (i - 1) * 3 + 1])
+  redis.call('HSET', KEYS[i], 't', tostring(after[i]), 'ts', tostring(now))
+  redis.call('EXPIRE', KEYS[i], 120 + math.ceil(60 * math.max(1, -after[i]) / cap))
+end
+local a = 2 + nb * 3
+local nc = tonumber(ARGV[a])
+a = a + 1
+local k = nb
+local first = 0
+for c = 1, nc do
+  local n = tonumber(ARGV[a])
+  local amount = tonumber(ARGV[a + 1])
+  local refused = 0
+  if amount > 0 then
+    for j = 1, n do
+      local spent = tonumber(redis.call('GET', KEYS[k + j]) or '0')
+      if spent + amount > tonumber(ARGV[a + j * 2]) then refused = j; break end
+    end
+  end
+  if refused == 0 then
+    for j = 1, n do
+      redis.call('INCRBY', KEYS[k + j], amount)
+      redis.call('EXPIRE', KEYS[k + j], tonumber(ARGV[a + j * 2 + 1]))
+    end
+    return {0, c, first}
+  end
+  if first == 0 then first = refused end
+  a = a + 2 + n * 2
+  k = k + n
+end
+return {0, 0, first}
+"""
+
+# After the call: ARGV = nb, (cap, cost) x nb, delta; KEYS = nb token buckets (debited
+# unconditionally), then the reservation's counters (moved by delta where they still exist).
+_FINISH_LUA: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local nb = tonumber(ARGV[1])
+for i = 1, nb do
+  local cap = tonumber(ARGV[i * 2])
+  local cost = tonumber(ARGV[i * 2 + 1])
+  local v = redis.call('HMGET', KEYS[i], 't', 'ts')
+  local tokens = tonumber(v[1])
+  local ts = tonumber(v[2])
+  if tokens == nil or ts == nil then tokens = cap; ts = now end
+  tokens = math.min(cap, tokens + math.max(0, now - ts) * cap / 60.0) - cost
+  redis.call('HSET', KEYS[i], 't', tostring(tokens), 'ts', tostring(now))
+  redis.call('EXPIRE', KEYS[i], 120 + math.ceil(60 * math.max(1, -tokens) / cap))
+end
+local delta = ARGV[nb * 2 + 2]
+if tonumber(delta) ~= 0 then
+  for i = nb + 1, #KEYS do
+    if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('INCRBY', KEYS[i], delta) end
+  end
+end
+return 0
+"""
+
 _GRACE_S: Final = 86_400  # counters outlive their period by a day (late settlements land)
 
 
@@ -87,6 +181,44 @@ class RedisStore:
         self._buckets = self._client.register_script(_BUCKETS_LUA)
         self._reserve = self._client.register_script(_RESERVE_LUA)
         self._adjust = self._client.register_script(_ADJUST_LUA)
+        self._admit = self._client.register_script(_ADMIT_LUA)
+        self._finish = self._client.register_script(_FINISH_LUA)
+
+    async def admit(
+        self, checks: Sequence[BucketCheck], candidates: Sequence[tuple[Sequence[BudgetLine], int]]
+    ) -> tuple[tuple[int, float] | None, int | None, int | None]:
+        """Every bucket, then a reservation of ``amount`` on all the lines of the first
+        candidate (lines, amount) they allow, in one script. Returns (bucket refusal as in
+        ``apply``: nothing charged; else None, the buckets charged), the index of the
+        candidate reserved on (None: every one refused, or the buckets did), and the index of
+        the line that refused the first candidate (None when it fit)."""
+        now = time.time()
+        keys = [self.prefix + "rl:" + c.key for c in checks]
+        args: list[str | int | float] = [len(checks)]
+        for c in checks:
+            args += [c.capacity, c.cost, c.mode]
+        args.append(len(candidates))
+        for lines, amount in candidates:
+            args += [len(lines), amount]
+            for line in lines:
+                keys.append(self._key(line))
+                args += [line.limit, int(line.ends_at - now) + _GRACE_S]
+        reply = await self._admit(keys=keys, args=args)
+        if int(reply[0]) == 1:
+            return (int(reply[1]) - 1, float(reply[2])), None, None
+        chosen, first = int(reply[1]), int(reply[2])
+        return None, (chosen - 1 if chosen else None), (first - 1 if first else None)
+
+    async def finish(self, debits: Sequence[BucketCheck], lines: Sequence[BudgetLine], delta: int) -> None:
+        """Debit ``debits`` (token buckets, unconditionally) and move ``lines`` by ``delta``
+        nanos, in one script: what a request leaves on the limits once it is over."""
+        keys = [self.prefix + "rl:" + c.key for c in debits]
+        args: list[str | int | float] = [len(debits)]
+        for c in debits:
+            args += [c.capacity, c.cost]
+        args.append(delta)
+        keys += [self._key(ln) for ln in lines] if delta else []
+        await self._finish(keys=keys, args=args)
 
     async def apply(self, checks: Sequence[BucketCheck]) -> tuple[int, float] | None:
         keys = [self.prefix + "rl:" + c.key for c in checks]

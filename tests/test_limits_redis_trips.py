@@ -1,0 +1,125 @@
+"""Redis-mode limits cost one awaited round trip per request: the rate limits (rpm, tpm) and the
+budget reservation go in one script at admission, the tokens-per-minute debit and the budget
+settlement in one more after the call (off the response's path). Counted with MONITOR on a
+real Redis, through a real gateway; the counters must still add up to the ledger."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import redis
+
+from gateway.limits.budgets import period_bounds, to_nanos
+from load_tests.mock_upstream import MockUpstream
+from tests.gateway_harness import mock_policy, start_gateway
+from tests.limits_helpers import REDIS_URL, redis_prefix, unique
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    with redis_prefix("sytest-trips") as p:
+        yield p
+
+
+class Monitor:
+    """Commands clients send on keys under ``prefix`` (not those a script runs inside)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.commands: list[str] = []
+        self._client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with self._client.monitor() as mon:
+            self._ready.set()
+            for cmd in mon.listen():
+                if self._stop.is_set():
+                    return
+                if cmd.get("client_type") != "lua" and self.prefix in cmd.get("command", ""):
+                    self.commands.append(cmd["command"].split()[0].upper())
+
+    def __enter__(self) -> Monitor:
+        self._thread.start()
+        assert self._ready.wait(5)
+        time.sleep(0.1)
+        return self
+
+    def wait_for(self, n: int, timeout: float = 10.0) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while len(self.commands) < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)  # anything more would show up now
+        return list(self.commands)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        redis.Redis.from_url(REDIS_URL).ping()  # one more command wakes the listener
+        self._thread.join(5)
+        self._client.close()
+
+
+def test_a_metered_request_costs_one_admission_and_one_settlement(
+    tmp_path: Path, mock: MockUpstream, prefix: str
+) -> None:
+    tenant = unique("trips")
+    limits = f"limits: {{redis_url: '{REDIS_URL}', redis_prefix: '{prefix}', redis_timeout_s: 2, "
+    limits += "key_rpm: 100000, key_tpm: 600}\n"
+    text = mock_policy(mock.base_url, limits)
+    text = text.replace("routes:\n", "routes:\n  metered:\n    targets: [small]\n", 1)
+    text = text.replace(
+        "tenants:\n", f"tenants:\n  {tenant}:\n    rpm: 100000\n    budget: {{daily_usd: 5}}\n", 1
+    )
+    gw = start_gateway(tmp_path, text)
+    try:
+
+        def ask(text: str) -> None:
+            body = {
+                "model": "metered",
+                "messages": [{"role": "user", "content": text}],
+                "max_tokens": 8,
+                "temperature": 0,
+            }
+            r = gw.post("/v1/chat/completions", body, tenant=tenant)
+            assert r.status_code == 200, r.text
+
+        ask("warm up: scripts loaded")
+        time.sleep(0.5)
+        with Monitor(prefix) as mon:
+            for i in range(3):
+                ask(f"question {i}")
+            sent = mon.wait_for(6)
+        assert sent == ["EVALSHA"] * 6, sent  # admission + settlement, per request
+        with Monitor(prefix) as mon:
+            ask("question 0")  # an exact-cache hit: admitted (its reservation given back)
+            sent = mon.wait_for(2)
+        assert sent == ["EVALSHA"] * 2, sent
+    finally:
+        gw.stop()
+    import sqlite3
+
+    conn = sqlite3.connect(gw.settings.home / "ledger.db")
+    try:
+        rows = conn.execute(
+            "SELECT cost_usd, cache_status FROM ledger WHERE tenant = ? ORDER BY ts", (tenant,)
+        ).fetchall()
+    finally:
+        conn.close()
+    assert [r[1] for r in rows].count("hit") == 1 and len(rows) == 5
+    spent = sum(to_nanos(Decimal(str(r[0]))) for r in rows if r[1] != "hit")
+    assert spent > 0
+    client = redis.Redis.from_url(REDIS_URL)
+    counter = client.get(f"{prefix}budget:tenant:{tenant}:day:" + period_bounds("day", time.time())[0])
+    assert counter is not None and int(counter) == spent  # reservations settled to the cent
+    key_id = next(k for k in (x.decode() for x in client.scan_iter(match=f"{prefix}rl:tpm:key:*")))
+    tokens = float(client.hget(key_id, "t") or 0)
+    assert tokens < 600  # the tokens-per-minute bucket was debited
