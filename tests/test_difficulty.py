@@ -121,9 +121,9 @@ def test_cross_task_report_never_scores_a_prompt_it_fitted(monkeypatch: pytest.M
     seen: list[tuple[set[int], set[int]]] = []
     real = ev._fit
 
-    def spy(fam: str, table: Any, emb: Any, feats: Any, train: Any, seed: int, fits: Any) -> Any:
+    def spy(fam: str, data: Any, train: Any, fits: Any) -> Any:
         seen.append((set(np.flatnonzero(train)), set()))
-        return real(fam, table, emb, feats, train, seed, fits)
+        return real(fam, data, train, fits)
 
     monkeypatch.setattr(ev, "_fit", spy)
     table = ev.Table(
@@ -149,9 +149,9 @@ def test_cross_task_report_never_scores_a_prompt_it_fitted(monkeypatch: pytest.M
     assert pairs and all(p.strong_acc - p.weak_acc >= 0.10 for p in pairs)
     rows = pair_rows(table, feats, {"irt": loso}, pairs[0], {})
     names = [r["router"] for r in rows]
-    assert names == ["irt", "random", "prompt-length", "oracle"]
-    oracle = rows[-1]
-    assert oracle["apgr"] >= max(r["apgr"] for r in rows[:-1])
+    assert names == ["irt", "random", "prompt-length", "oracle", "ceiling"]
+    oracle = rows[3]
+    assert oracle["apgr"] >= max(r["apgr"] for r in rows)
     assert 0.3 < rows[1]["apgr"] < 0.7  # random
 
 
@@ -408,3 +408,131 @@ routes:
             assert rows[r_hard.headers["x-request-id"]]["route_decision"] == "large"
         finally:
             gw.stop()
+
+
+# ----------------------------------------------------------------------------- further designs
+def test_prompt_traits_read_format_cues_and_rarity() -> None:
+    from gateway.routing.prompt_traits import N_TRAITS, TRAIT_NAMES, prompt_traits, trait_matrix
+
+    mc = "Which gas is inert?\nA. argon\nB. oxygen\nC. chlorine\nD. fluorine\nE. none"
+    t = dict(zip(TRAIT_NAMES, prompt_traits(mc), strict=True))
+    assert t["log_options"] == pytest.approx(np.log1p(5)) and t["recall_cue"] == 1.0
+    assert t["ends_with_question"] == 0.0 and 0.0 < t["stem_share"] < 0.5
+    calc = dict(
+        zip(
+            TRAIT_NAMES,
+            prompt_traits("Calculate the speed: 120 km in 1.5 h, then 3 kg at $x^2$?"),
+            strict=True,
+        )
+    )
+    assert calc["compute_cue"] == 1.0 and calc["log_units"] > 0 and calc["log_formula_marks"] > 0
+    assert calc["log_options"] == 0.0 and calc["ends_with_question"] == 1.0
+    common = dict(zip(TRAIT_NAMES, prompt_traits("what is the name of the city"), strict=True))
+    rare = dict(
+        zip(TRAIT_NAMES, prompt_traits("elucidate the eigenvalue perturbation of a hamiltonian"), strict=True)
+    )
+    assert rare["mean_log_rank"] > common["mean_log_rank"] + 1.0 and rare["oov_share"] > common["oov_share"]
+    assert (
+        dict(zip(TRAIT_NAMES, prompt_traits("Write a short poem about spring"), strict=True))["open_cue"]
+        == 1.0
+    )
+    assert trait_matrix(["", mc]).shape == (2, N_TRAITS) and np.isfinite(trait_matrix([""])).all()
+
+
+def test_gain_target_is_the_strong_minus_weak_outcome_and_zero_where_models_agree() -> None:
+    from gateway.lab.difficulty_designs import gain_target, residual_target
+
+    # source a: two models (weak 0.25 accuracy, strong 0.75); source b: three, all agree on prompt 4
+    rows = np.array([0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4])
+    cols = np.array([0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 4])
+    y = np.array([0, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1], dtype=np.float64)
+    g = gain_target(rows, cols, y, 5, 5, ["a", "a", "b", "b", "b"])
+    assert g[:4] == pytest.approx([0.5, 0.0, 0.0, 0.5])  # (strong - weak) / 2
+    assert g[4] == pytest.approx(0.0)
+    r = residual_target(rows, cols, y, 5, 5)
+    assert r[1] > 0 > r[2] and r[4] == pytest.approx(0.0)
+
+
+def mild_synthetic(
+    n: int = 900, m: int = 8, seed: int = 1, lo: float = -1.5, hi: float = 1.5
+) -> dict[str, Any]:
+    """Difficulty ~ N(0, 1), abilities lo..hi: every prompt informative, unlike synthetic()."""
+    rng = np.random.default_rng(seed)
+    scale = np.where(np.arange(384) < 8, 5.0, 1.0)  # 8 leading directions, as real embeddings have
+    emb = (rng.standard_normal((n, 384)) * scale / np.sqrt(384)).astype(np.float32)
+    d = emb.astype(np.float64)[:, :8] @ rng.standard_normal(8)
+    d /= d.std()
+    abilities = np.linspace(lo, hi, m)
+    rows, cols = np.repeat(np.arange(n), m), np.tile(np.arange(m), n)
+    y = (rng.random(n * m) < 1 / (1 + np.exp(-(abilities[cols] - d[rows])))).astype(np.float64)
+    return {
+        "emb": emb,
+        "d": d,
+        "rows": rows,
+        "cols": cols,
+        "y": y,
+        "m": m,
+        "source": [f"s{i % 3}" for i in range(n)],
+    }
+
+
+@pytest.mark.parametrize("family", ["ridge-x", "gain", "gbt", "gbt-gain"])
+def test_designs_learn_from_the_training_prompts_only(family: str) -> None:
+    from gateway.lab.difficulty_designs import fit_design
+    from gateway.routing.prompt_traits import N_TRAITS
+
+    # gain: abilities 1..4, where the gain of a stronger model grows with the difficulty
+    # (most prompts are easy for all; the harder, the more the strong models' edge shows)
+    s = mild_synthetic() if family in ("ridge-x", "gbt") else mild_synthetic(lo=1.0, hi=4.0)
+    n_fit = 700
+    sel = s["rows"] < n_fit
+    xfeats = np.zeros((len(s["d"]), N_FEATURES + N_TRAITS))
+    fit = fit_design(
+        family, s["emb"][:n_fit], xfeats[:n_fit], s["source"][:n_fit], s["rows"][sel], s["cols"][sel],
+        s["y"][sel], tuple(f"s/m{j}" for j in range(s["m"])),
+    )  # fmt: skip
+    held = fit.difficulty(s["emb"][n_fit:], xfeats[n_fit:])
+    d = s["d"][n_fit:]
+    corr = float(np.corrcoef(held, d)[0, 1])
+    assert corr > (0.5 if family in ("ridge-x", "gbt") else 0.2), corr  # unrelated: |corr| < 0.15
+
+
+def test_lenfit_learns_the_length_weight_without_the_scored_source() -> None:
+    import gateway.lab.irt_eval as ev
+
+    # three sources where the weak model fails exactly the long prompts: length is the signal
+    rng = np.random.default_rng(3)
+    n = 300
+    words = rng.integers(1, 60, n)
+    prompts = [" ".join(["word"] * int(k)) + f" {i}" for i, k in enumerate(words)]
+    source = [f"s{i % 3}" for i in range(n)]
+    weak = (words < 30).astype(np.float64)
+    rows = np.repeat(np.arange(n), 2)
+    cols = np.tile([0, 1], n) + 2 * np.repeat([i % 3 for i in range(n)], 2)
+    y = np.ravel(np.column_stack([weak, np.ones(n)]))
+    y[1::2][rng.random(n) < 0.1] = 0.0  # the strong model is not perfect either
+    table = ev.Table(
+        prompts, source, [f"{s}/t" for s in source], [f"s{k}/{w}" for k in range(3) for w in ("weak", "strong")],
+        rows, cols, y, np.full(len(y), np.nan),
+    )  # fmt: skip
+    emb = rng.standard_normal((n, 384)).astype(np.float32) / np.sqrt(384)  # no signal in the embedding
+    feats = feature_matrix(prompts)
+    dd = dense(table)
+    data = ev.Data(table, emb, feats, feats, dd, choose_pairs(table, dd), 0)
+    train = np.array(source) != "s0"
+    fits: ev.Fits = {}
+    w = ev._length_weight("ridge", data, train, fits)
+    assert w >= 1.0  # the grid's high end: length is what predicts the weak model's failures
+    fitted_on = [np.unpackbits(np.frombuffer(key, np.uint8))[:n].astype(bool) for _, key in fits]
+    assert len(fitted_on) == 2 and not any((m & ~train).any() for m in fitted_on)  # never s0's prompts
+    scores = split_scores(table, emb, feats, ("ridge+lenfit",), seed=0)["leave-one-source-out"][
+        "ridge+lenfit"
+    ]
+    pair = next(p for p in data.pairs if p.source == "s0")
+    apgr = {r["router"]: r["apgr"] for r in pair_rows(table, feats, {"ridge+lenfit": scores}, pair, {})}
+    assert apgr["ridge+lenfit"] > apgr["random"] + 0.2
+
+
+def test_eval_multi_refuses_an_unknown_family(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["eval", "router", "--multi", str(DATA / "routing-multi"), "--families", "irt,nope+len"])
+    assert rc == 2 and "unknown family 'nope+len'" in capsys.readouterr().err

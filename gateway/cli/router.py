@@ -200,6 +200,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         try:
             files = _data_files(args.multi)
+            router_irt.check_families(args.families)
         except ValueError as exc:
             return _fail(str(exc))
         return router_irt.evaluate_multi(args, files, _load(_workers(args.workers), args.embedder))

@@ -45,6 +45,24 @@ def train(args: argparse.Namespace, files: list[Path], embedders: list[Any]) -> 
     return 0
 
 
+def check_families(spec: str) -> tuple[str, ...]:
+    """The families of ``--families`` (comma-separated); ValueError names an unknown one."""
+    from gateway.lab.difficulty_designs import DESIGNS
+    from gateway.lab.irt_fit import FAMILIES
+
+    families = tuple(f for f in spec.split(",") if f)
+    for fam in families:
+        base, _, plus = fam.partition("+")
+        if base not in (*FAMILIES, *DESIGNS) or plus not in ("", "len", "lenfit"):
+            raise ValueError(
+                f"unknown family {fam!r}; known: {', '.join((*FAMILIES, *DESIGNS))}, "
+                "each optionally with +len or +lenfit"
+            )
+    if not families:
+        raise ValueError("--families names no family")
+    return families
+
+
 def evaluate_multi(args: argparse.Namespace, files: list[Path], embedders: list[Any]) -> int:
     """The cross-task tables: every family beside random, prompt length and the oracle."""
 
@@ -53,8 +71,8 @@ def evaluate_multi(args: argparse.Namespace, files: list[Path], embedders: list[
     from gateway.lab.irt_eval import pair_table, report, summary_table
     from gateway.routing.features import feature_matrix
 
-    families = tuple(f for f in args.families.split(",") if f)
     try:
+        families = check_families(args.families)
         table = read_table(files)
     except ValueError as exc:
         return _fail(str(exc))
@@ -67,7 +85,7 @@ def evaluate_multi(args: argparse.Namespace, files: list[Path], embedders: list[
         return 0
     for split, rows in rep.items():
         print(f"### {split}\n\n{summary_table(rows)}\n")
-        print(pair_table(rows, (*families, "prompt-length", "random", "oracle")) + "\n")
+        print(pair_table(rows, (*families, "prompt-length", "random", "oracle", "ceiling")) + "\n")
     return 0
 
 

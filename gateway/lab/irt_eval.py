@@ -8,7 +8,11 @@ Splits (a prompt is always scored by a model fitted without its split):
 
 For each file, up to three weak/strong pairs with a clear accuracy gap (>= 10 points) are
 scored: the best model against the weak models nearest to 10, 20 and 30 points below it.
-Every router is shown beside random (mean of 10 seeds), prompt length and the oracle."""
+Every router is shown beside random (mean of 10 seeds), prompt length and the oracle, and,
+where the source has other models, the ``ceiling`` of any pair-agnostic difficulty score: the
+prompt scored by minus the mean outcome of the source's other models on it (their measured
+difficulty, labels a router never has). Where that ceiling is low, the pair's outcome is not a
+function of how hard the prompt is, and no difficulty model can route it well."""
 
 from __future__ import annotations
 
@@ -17,10 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from gateway.lab.difficulty_designs import DESIGNS, DesignFit, fit_design
 from gateway.lab.irt_data import F64, Table, dense, dense_chars
 from gateway.lab.irt_fit import F32, FAMILIES, Fit, fit_family
 from gateway.lab.router_metrics import cost_at_quality, cost_curve, oracle_scores, router_metrics
 from gateway.routing.features import FEATURE_NAMES
+from gateway.routing.prompt_traits import trait_matrix
 
 GAP = 0.10
 FOLDS = 5
@@ -28,6 +34,7 @@ DEFAULT_PRICES = ((0.60, 0.60), (10.0, 30.0))  # weak, strong USD per 1M in/out,
 OUTPUT_TOKENS = 256.0
 LOG_CHARS = FEATURE_NAMES.index("log_chars")
 LENGTH_PRIOR = 0.5  # sds of log prompt chars added to a '+len' family's difficulty (v1's prior)
+LENGTH_GRID = tuple(round(-1.0 + 0.25 * i, 2) for i in range(13))  # '+lenfit': weights tried, -1..2
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,43 +67,100 @@ def choose_pairs(table: Table, y: F64) -> list[Pair]:
 
 
 EVAL_MAXITER = 150  # L-BFGS iterations of the cross-task fits (the shipped fit runs 300)
-Fits = dict[tuple[str, bytes], Fit]  # one report's fits, so "irt+len" reuses "irt"'s
+Fits = dict[tuple[str, bytes], "Fit | DesignFit"]  # one report's fits, so "irt+len" reuses "irt"'s
 
 
-def _fit(fam: str, table: Table, emb: F32, feats: F64, train: np.ndarray, seed: int, fits: Fits) -> Fit:
+@dataclass(frozen=True, slots=True)
+class Data:
+    """What every fit of one report reads: the table, its embeddings, the 17 text features and
+    (for the designs of gateway.lab.difficulty_designs) the features followed by the traits."""
+
+    table: Table
+    emb: F32
+    feats: F64
+    xfeats: F64
+    y: F64  # dense outcomes
+    pairs: list[Pair]
+    seed: int
+
+
+def _fit(fam: str, data: Data, train: np.ndarray, fits: Fits) -> Fit | DesignFit:
     key = (fam, np.packbits(train).tobytes())
     if key not in fits:
-        fits[key] = _fit_once(fam, table, emb, feats, train, seed)
+        fits[key] = _fit_once(fam, data, train)
     return fits[key]
 
 
-def _fit_once(fam: str, table: Table, emb: F32, feats: F64, train: np.ndarray, seed: int) -> Fit:
+def _fit_once(fam: str, data: Data, train: np.ndarray) -> Fit | DesignFit:
+    table = data.table
     keep = train[table.rows]
     remap = -np.ones(len(table.prompts), dtype=np.int64)
     remap[train] = np.arange(int(train.sum()))
     used = np.unique(table.cols[keep])
     cmap = -np.ones(len(table.models), dtype=np.int64)
     cmap[used] = np.arange(len(used))
+    sources = [s for s, t in zip(table.source, train, strict=True) if t]
+    rows, cols, y = remap[table.rows[keep]], cmap[table.cols[keep]], table.y[keep]
+    models = tuple(table.models[j] for j in used)
+    if fam in DESIGNS:
+        return fit_design(fam, data.emb[train], data.xfeats[train], sources, rows, cols, y, models)
     return fit_family(
-        fam, emb[train], feats[train], [s for s, t in zip(table.source, train, strict=True) if t],
-        remap[table.rows[keep]], cmap[table.cols[keep]], table.y[keep],
-        tuple(table.models[j] for j in used), seed=seed, maxiter=EVAL_MAXITER,
+        fam, data.emb[train], data.feats[train], sources, rows, cols, y, models,
+        seed=data.seed, maxiter=EVAL_MAXITER,
     )  # fmt: skip
 
 
-def _scores(
-    fam: str, table: Table, emb: F32, feats: F64, train: np.ndarray, test: np.ndarray, seed: int, fits: Fits
-) -> F64:
-    base, _, plus = fam.partition("+")
-    fit = _fit(base, table, emb, feats, train, seed, fits)
-    d_test = fit.difficulty(emb[test], feats[test])
-    if not plus:
-        return d_test
-    # "<family>+len": the difficulty plus a prompt-length prior, both in training sds
-    d_train = fit.difficulty(emb[train], feats[train])
-    lc = feats[:, LOG_CHARS]
+def _difficulty(fit: Fit | DesignFit, data: Data, rows: np.ndarray) -> F64:
+    if isinstance(fit, DesignFit):
+        return fit.difficulty(data.emb[rows], data.xfeats[rows])
+    return fit.difficulty(data.emb[rows], data.feats[rows])
+
+
+def _standardised(base: str, data: Data, train: np.ndarray, test: np.ndarray, fits: Fits) -> tuple[F64, F64]:
+    """(difficulty, log prompt length) of the test prompts, each in training sds."""
+    fit = _fit(base, data, train, fits)
+    d_test, d_train = _difficulty(fit, data, test), _difficulty(fit, data, train)
+    lc = data.feats[:, LOG_CHARS]
     z_len = (lc[test] - lc[train].mean()) / (lc[train].std() or 1.0)
-    return np.asarray((d_test - d_train.mean()) / (d_train.std() or 1.0) + LENGTH_PRIOR * z_len)
+    return (d_test - d_train.mean()) / (d_train.std() or 1.0), np.asarray(z_len)
+
+
+def _length_weight(base: str, data: Data, train: np.ndarray, fits: Fits) -> float:
+    """'+lenfit': the weight of the length prior that maximises the mean APGR, over the pairs
+    of the training sources, of scores from fits that leave that source out too (so the
+    weight never sees the prompts it will score)."""
+    src = np.array(data.table.source)
+    gains: list[F64] = []
+    for s in sorted(set(src[train])):
+        inner_test = train & (src == s)
+        inner_train = train & (src != s)
+        if not inner_train.any():
+            continue
+        d, z_len = _standardised(base, data, inner_train, inner_test, fits)
+        full_d = np.full(len(src), np.nan)
+        full_l = np.full(len(src), np.nan)
+        full_d[inner_test], full_l[inner_test] = d, z_len
+        for pair in (p for p in data.pairs if p.source == s):
+            ok = inner_test & np.isfinite(data.y[:, pair.weak]) & np.isfinite(data.y[:, pair.strong])
+            if ok.sum() < 20:
+                continue
+            weak, strong = data.y[ok, pair.weak], data.y[ok, pair.strong]
+            apgr = [router_metrics(full_d[ok] + w * full_l[ok], weak, strong).apgr for w in LENGTH_GRID]
+            gains.append(np.array(apgr))
+    if not gains:
+        return LENGTH_PRIOR
+    return float(LENGTH_GRID[int(np.argmax(np.mean(gains, axis=0)))])
+
+
+def _scores(fam: str, data: Data, train: np.ndarray, test: np.ndarray, fits: Fits) -> F64:
+    base, _, plus = fam.partition("+")
+    if not plus:
+        return _difficulty(_fit(base, data, train, fits), data, test)
+    # "<family>+len": the difficulty plus a prompt-length prior, both in training sds;
+    # "+lenfit": with the prior's weight learnt on the training sources (see _length_weight)
+    d, z_len = _standardised(base, data, train, test, fits)
+    w = _length_weight(base, data, train, fits) if plus == "lenfit" else LENGTH_PRIOR
+    return np.asarray(d + w * z_len)
 
 
 def split_scores(
@@ -105,13 +169,17 @@ def split_scores(
     """split name -> family -> out-of-split difficulty of every prompt (NaN where not scored)."""
     src = np.array(table.source)
     task = np.array(table.task)
+    y = dense(table)
+    designs = any(f.partition("+")[0] in DESIGNS for f in families)
+    xfeats = np.hstack([feats, trait_matrix(table.prompts)]) if designs else feats
+    data = Data(table, emb, feats, xfeats, y, choose_pairs(table, y), seed)
     out: dict[str, dict[str, F64]] = {"leave-one-source-out": {}, "held-out tasks": {}}
     fits: Fits = {}
     for fam in families:
         loso = np.full(len(src), np.nan)
         for s in sorted(set(table.source)):
             test = src == s
-            loso[test] = _scores(fam, table, emb, feats, ~test, test, seed, fits)
+            loso[test] = _scores(fam, data, ~test, test, fits)
         out["leave-one-source-out"][fam] = loso
         held = np.full(len(src), np.nan)
         for s in sorted(set(table.source)):
@@ -122,7 +190,7 @@ def split_scores(
             rng.shuffle(names)
             for f in range(min(FOLDS, len(names))):
                 test = np.isin(task, names[f::FOLDS])
-                held[test] = _scores(fam, table, emb, feats, ~test, test, seed, fits)
+                held[test] = _scores(fam, data, ~test, test, fits)
         out["held-out tasks"][fam] = held
     return out
 
@@ -157,6 +225,13 @@ def pair_rows(
     rng = np.random.default_rng(0)
     routers = [(f, s[rows]) for f, s in scores.items()]
     routers += [("prompt-length", feats[rows, LOG_CHARS]), ("oracle", oracle_scores(weak, strong))]
+    others = [
+        j for j, name in enumerate(table.models)
+        if name.startswith(f"{pair.source}/") and j not in (pair.weak, pair.strong)
+        and np.isfinite(y[rows, j]).mean() >= 0.5
+    ]  # fmt: skip
+    if others:  # not a router: the in-source mean outcome of the other models (see ceiling_note)
+        routers.append(("ceiling", -np.nan_to_num(np.nanmean(y[np.ix_(rows, others)], axis=1), nan=0.5)))
     routers += [(f"random#{i}", rng.random(int(rows.sum()))) for i in range(10)]
     out: list[dict[str, Any]] = []
     for name, s in routers:
