@@ -156,7 +156,9 @@ class FakeTracer:
 class NoSemantic:
     """The SemanticLookup port for policies without a semantic route."""
 
-    async def lookup(self, policy: Any, route: str, tenant: str, body: dict[str, Any]) -> None:
+    async def lookup(
+        self, policy: Any, route: str, tenant: str, body: dict[str, Any], protocol: str = "chat"
+    ) -> None:
         return None
 
     def store(self, result: Any, payload: bytes, ttl: float) -> None: ...

@@ -60,13 +60,15 @@ def last_user_text(body: dict[str, Any]) -> str | None:
     return text if text is not None and text.strip() else None
 
 
-def semantic_key(tenant: str, route: str, body: dict[str, Any]) -> SemanticKey | None:
-    """The (context id, lookup text) of a chat request, or None when it has no usable text."""
+def semantic_key(tenant: str, route: str, body: dict[str, Any], protocol: str = "chat") -> SemanticKey | None:
+    """The (context id, lookup text) of a chat or Anthropic Messages request (both keep their
+    turns in ``messages``), or None when it has no usable text. ``protocol`` is part of the
+    context id: a chat answer and a Messages answer differ in shape, so they never meet."""
     text = last_user_text(body)
     i = last_user_index(body)
     if text is None or i is None:
         return None
     messages = list(body["messages"])
     messages[i] = {**messages[i], "content": _PLACEHOLDER}
-    context = canonical_key(tenant, route, "chat-semantic", {**body, "messages": messages})
+    context = canonical_key(tenant, route, f"{protocol}-semantic", {**body, "messages": messages})
     return SemanticKey(context, text)

@@ -133,11 +133,12 @@ class SemanticLayer:
         return cache
 
     async def lookup(
-        self, policy: Policy, route: str, tenant: str, body: dict[str, Any]
+        self, policy: Policy, route: str, tenant: str, body: dict[str, Any], protocol: str = "chat"
     ) -> SemanticResult | None:
-        """Embed the last user message and look it up; None when the request has no text to key on."""
+        """Embed the last user message and look it up among the entries of ``protocol``'s
+        answers; None when the request has no text to key on."""
         cfg = policy.routes[route].semantic_cache
-        key = semantic_key(tenant, route, body)
+        key = semantic_key(tenant, route, body, protocol)
         if key is None or len(key.text) > MAX_TEXT_CHARS:
             return None  # a huge prompt is neither embedded (CPU) nor stored (memory)
         started = time.perf_counter()

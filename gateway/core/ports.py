@@ -152,8 +152,11 @@ class SemanticLookup(Protocol):
     """Embedder + semantic cache, loaded on first use (or warmed at start-up)."""
 
     async def lookup(
-        self, policy: PolicyT, route: str, tenant: str, body: dict[str, Any]
-    ) -> SemanticResult | None: ...
+        self, policy: PolicyT, route: str, tenant: str, body: dict[str, Any], protocol: str = "chat"
+    ) -> SemanticResult | None:
+        """``protocol`` ("chat", "messages") is part of the entry's context: the answers of two
+        protocols never meet."""
+        ...
 
     def store(self, result: Any, payload: bytes, ttl: float) -> None: ...
 

@@ -45,14 +45,15 @@ async def cache_get(svc: Services, key: str) -> bytes | None:
 
 
 async def semantic_get(
-    svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exchange
+    svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exchange, protocol: str = "chat"
 ) -> SemanticResult | None:
-    """After an exact miss, on routes with ``semantic_cache.enabled``: embed once, look up.
-    Any failure (model, Redis) is a miss, never a failed request."""
+    """After an exact miss, on routes with ``semantic_cache.enabled``: embed once, look up
+    among the entries of the same ``protocol`` ("chat", "messages": their answers differ in
+    shape). Any failure (model, Redis) is a miss, never a failed request."""
     if not plan.policy.semantic_cache.enabled:
         return None
     try:
-        sem = await svc.semantic.lookup(svc.policy, plan.name, ex.principal.tenant, body)
+        sem = await svc.semantic.lookup(svc.policy, plan.name, ex.principal.tenant, body, protocol)
     except Exception:
         log.exception("semantic cache lookup failed; served as a miss")
         svc.metrics.cache.labels("semantic_miss").inc()

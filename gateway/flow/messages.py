@@ -12,34 +12,28 @@ The client always gets Anthropic's shapes; the ledger row is committed before th
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, cast
 
 import orjson
 
 from gateway.cache.keys import canonical_key, is_deterministic
-from gateway.core.errors import (
-    BadRequestError,
-    InternalError,
-    StreamBrokenError,
-    UpstreamError,
-    UpstreamTimeoutError,
-)
+from gateway.cache.replay import StreamAssembler
+from gateway.core.errors import BadRequestError
 from gateway.core.ports import MessagesStream, MessagesUpstream, Provider
-from gateway.core.redact import redact
 from gateway.core.types import ChatStream, RawResult, Target, Usage, usage_from_anthropic
+from gateway.flow import caching
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import durable, record
 from gateway.flow.pipeline import admit, guarded, reserve
 from gateway.flow.reply import Reply, headers
 from gateway.flow.services import Services
-from gateway.flow.stream import YIELD_EVERY
+from gateway.flow.stream import END, Frames, on_close, open_first, relay_frames
 from gateway.flow.upstream import attempt, metered
 from gateway.ledger.meter import estimate_usage
 from gateway.ledger.tokens import count_prompt_tokens
+from gateway.protocols.anthropic_assemble import MessageAssembler
 from gateway.protocols.anthropic_events import ChunkEncoder, frame, message_frames
 from gateway.protocols.anthropic_messages import cache_breakpoints, error_body, from_chat, to_chat
 from gateway.routing.plan import RoutePlan
@@ -70,8 +64,8 @@ class _Request:
         return self._chat
 
 
-def _native(svc: Services, target: Target) -> bool:
-    provider = svc.policy.providers.get(target.provider)
+def _native(svc: Services, target: Target | None) -> bool:
+    provider = svc.policy.providers.get(target.provider) if target is not None else None
     return provider is not None and provider.type == "anthropic" and not provider.replicas
 
 
@@ -88,16 +82,18 @@ async def messages(svc: Services, body: dict[str, Any], forwarded: Mapping[str, 
             hit = await svc.cache.get(key)
             svc.metrics.cache.labels("hit" if hit is not None else "miss").inc()
             if hit is not None:
-                return await durable(ex, _replay(svc, hit, req, ex))
+                return await durable(ex, _replay(svc, hit, req, ex, "hit"))
+            sem = await caching.semantic_get(svc, plan, body, ex, protocol="messages")
+            if sem is not None and sem.lookup.payload is not None:
+                return await durable(ex, _replay(svc, sem.lookup.payload, req, ex, "semantic_hit"))
         plan = await reserve(svc, plan, body, ex)
         if ex.stream:
-            return await _open_stream(svc, plan, req, ex)
+            return await _open_stream(svc, plan, req, ex, key)
         result = await attempt(svc, plan, ex, lambda p, t, s: _call(svc, req, p, t, s))
         ex.usage = metered(svc, req.counted, None, ex, result.usage)
         payload = orjson.dumps(result.body)
         if key is not None and result.body.get("stop_reason") in _CACHEABLE_STOPS:
-            ttl = plan.policy.cache.ttl_s or svc.policy.cache.ttl_s
-            svc.tasks.spawn(svc.cache.set(key, payload, ttl))
+            caching.store(svc, plan, ex, key, payload)
     record(svc, ex)
     return await durable(ex, Reply(_headers(ex, req), body=payload))
 
@@ -137,8 +133,9 @@ def _cache_key(svc: Services, plan: RoutePlan, req: _Request, ex: Exchange) -> s
     return key
 
 
-def _replay(svc: Services, hit: bytes, req: _Request, ex: Exchange) -> Reply:
-    ex.cache = "hit"
+def _replay(svc: Services, hit: bytes, req: _Request, ex: Exchange, status: str) -> Reply:
+    """A cached Messages answer (exact or semantic hit), as JSON or as its events; cost 0."""
+    ex.cache = status
     message = orjson.loads(hit)
     ex.usage = usage_from_anthropic(message.get("usage")) or Usage()
     ex.target = None
@@ -155,113 +152,95 @@ def _replay(svc: Services, hit: bytes, req: _Request, ex: Exchange) -> Reply:
 
 
 # --------------------------------------------------------------------------- streams
-Opened = tuple[MessagesStream | ChatStream, AsyncIterator[Any], Any, bool]
-
-
-async def _open_stream(svc: Services, plan: RoutePlan, req: _Request, ex: Exchange) -> Reply:
-    idle = plan.policy.stream_idle_timeout_s
-
-    async def open_one(provider: Provider, target: Target, timeout: float) -> Opened:
-        native = _native(svc, target)
-        stream: MessagesStream | ChatStream
-        if native:
+async def _open_stream(svc: Services, plan: RoutePlan, req: _Request, ex: Exchange, key: str | None) -> Reply:
+    async def open_stream(
+        provider: Provider, target: Target, timeout: float, idle: float
+    ) -> MessagesStream | ChatStream:
+        if _native(svc, target):
             upstream = cast(MessagesUpstream, provider)
-            stream = await upstream.messages_stream(req.body, target, timeout, idle, req.forwarded)
-        else:
-            stream = await provider.chat_stream(req.chat(), target, timeout, idle)
-        iterator = aiter(stream)
-        try:
-            first = await anext(iterator)
-        except StopAsyncIteration:
-            await stream.aclose()
-            raise UpstreamError(f"upstream '{target.provider}' sent an empty stream") from None
-        except BaseException:
-            await stream.aclose()
-            raise
-        return stream, iterator, first, native
+            return await upstream.messages_stream(req.body, target, timeout, idle, req.forwarded)
+        return await provider.chat_stream(req.chat(), target, timeout, idle)
 
-    opened = await attempt(svc, plan, ex, open_one)
-    stream = opened[0]
+    stream, iterator, first = await open_first(svc, plan, ex, open_stream)
+    close = on_close(
+        svc, ex, stream, lambda: stream.usage or estimate_usage(req.counted, None, _model(ex, req.body), None)
+    )
+    native = _native(svc, ex.target)
+    if native:
+        frames, answer = _native_frames(first, iterator)
+        encoder = None
+    else:
+        encoder = ChunkEncoder(str(req.body["model"]))
+        frames, answer = _translated_frames(first, iterator, encoder, req)
 
-    async def on_close() -> None:
-        if ex.ttft is None and not ex.recorded:  # the client left before the first byte
-            ex.status, ex.http_status = "client_disconnected", 499
-            ex.usage = stream.usage or estimate_usage(req.counted, None, _model(ex, req.body), None)
-            record(svc, ex)
-            await stream.aclose()
+    async def finish() -> list[bytes]:
+        ex.usage = metered(svc, req.counted, None, ex, stream.usage)
+        record(svc, ex)
+        await durable(ex, None)  # the ledger row is committed before message_stop goes out
+        closing = encoder.finish(ex.usage) if encoder is not None else []
+        message = answer(ex.usage)
+        if key is not None and message is not None and message.get("stop_reason") in _CACHEABLE_STOPS:
+            caching.store(svc, plan, ex, key, orjson.dumps(message))
+        return closing
 
-    return Reply(_headers(ex, req), stream=_relay(svc, plan, opened, req, ex), on_close=on_close)
+    relayed = relay_frames(
+        svc,
+        plan,
+        ex,
+        stream,
+        frames,
+        finish=finish,
+        error=lambda exc: frame("error", error_body(exc)),
+        usage=lambda: metered(svc, req.counted, None, ex, stream.usage),
+    )
+    return Reply(_headers(ex, req), stream=relayed, on_close=close)
 
 
-async def _relay(
-    svc: Services, plan: RoutePlan, opened: Opened, req: _Request, ex: Exchange
-) -> AsyncIterator[bytes]:
-    stream, iterator, first, native = opened
-    encoder = None if native else ChunkEncoder(str(req.body["model"]))
-    deadline_s = plan.policy.deadline_s
-    deadline = ex.started + deadline_s
-    ex.status = "client_disconnected"  # until proven otherwise
-    try:
-        ex.ttft = time.perf_counter() - ex.started
-        items = _native_frames(first, iterator) if native else _translated_frames(first, iterator, encoder)
-        relayed = 0
-        async for out in items:
-            relayed += 1
-            if relayed % YIELD_EVERY == 0:
-                await asyncio.sleep(0)  # let the disconnect watcher cancel a fast relay
-            if time.perf_counter() > deadline:
-                raise UpstreamTimeoutError(f"deadline of {deadline_s:g}s for '{plan.name}' exceeded")
-            if out is None:  # the end is next: the ledger row first
-                ex.status = "ok"
-                ex.usage = metered(svc, req.counted, None, ex, stream.usage)
-                record(svc, ex)
-                await durable(ex, None)
-                if encoder is not None:
-                    for frame_ in encoder.finish(ex.usage):
-                        yield frame_
-                continue
+Answer = Callable[[Usage], dict[str, Any] | None]
+
+
+def _translated_frames(
+    first: dict[str, Any], iterator: AsyncIterator[dict[str, Any]], encoder: ChunkEncoder, req: _Request
+) -> tuple[Frames, Answer]:
+    """Chat chunks as Anthropic frames; END at the end (the caller commits the row, then sends
+    the encoder's closing events); the answer, for the cache: the chunks as a message."""
+    assembler = StreamAssembler()
+
+    async def frames() -> Frames:
+        assembler.add(first)
+        for out in encoder.add(first):
             yield out
-    except (UpstreamError, StreamBrokenError) as exc:
-        ex.status, ex.http_status, ex.error_code = "stream_broken", 502, exc.code
-        exc.message = redact(exc.message, svc.secrets)
-        yield frame("error", error_body(exc))
-    except Exception as exc:  # a bug: the stream ends with an error event, never a clean end
-        log.error("unexpected error relaying request %s", ex.request_id, exc_info=exc)
-        error = InternalError(f"Internal gateway error (request id {ex.request_id})")
-        ex.status, ex.http_status, ex.error_code = "stream_broken", error.status, error.code
-        yield frame("error", error_body(error))
-    finally:
-        if not ex.recorded:  # broken or abandoned (an ok stream recorded above)
-            ex.usage = metered(svc, req.counted, None, ex, stream.usage)
-            if ex.status == "client_disconnected":
-                ex.http_status = 499
-            record(svc, ex)
-        await stream.aclose()
+        async for chunk in iterator:
+            assembler.add(chunk)
+            for out in encoder.add(chunk):
+                yield out
+        yield END
+
+    def answer(usage: Usage) -> dict[str, Any] | None:
+        return from_chat(assembler.completion(), str(req.body["model"]), usage)
+
+    return frames(), answer
 
 
-async def _translated_frames(
-    first: Any, iterator: AsyncIterator[Any], encoder: ChunkEncoder | None
-) -> AsyncIterator[bytes | None]:
-    """Chat chunks as Anthropic frames; None at the end (the caller commits the row, then
-    sends the encoder's closing events)."""
-    assert encoder is not None
-    for out in encoder.add(first):
-        yield out
-    async for chunk in iterator:
-        for out in encoder.add(chunk):
-            yield out
-    yield None
+def _native_frames(
+    first: tuple[str, bytes, dict[str, Any]], iterator: AsyncIterator[tuple[str, bytes, dict[str, Any]]]
+) -> tuple[Frames, Answer]:
+    """The upstream's events re-framed with their data bytes untouched; END just before
+    ``message_stop`` (the caller commits the ledger row there); the answer, for the cache:
+    the events put back together."""
+    assembler = MessageAssembler()
 
-
-async def _native_frames(first: Any, iterator: AsyncIterator[Any]) -> AsyncIterator[bytes | None]:
-    """The upstream's events re-framed with their data bytes untouched; None just before
-    ``message_stop`` (the caller commits the ledger row there)."""
-    event, raw, _ = first
-    yield frame(event, raw)
-    async for event, raw, data in iterator:
-        if data.get("type") == "message_stop":
-            yield None
+    async def frames() -> Frames:
+        event, raw, data = first
+        assembler.add(data)
         yield frame(event, raw)
+        async for event, raw, data in iterator:
+            if data.get("type") == "message_stop":
+                yield END
+            assembler.add(data)
+            yield frame(event, raw)
+
+    return frames(), lambda _usage: assembler.result()
 
 
 # --------------------------------------------------------------------------- count_tokens
