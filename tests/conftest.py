@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,3 +55,30 @@ def service_unavailable(what: str, why: str) -> None:
     if IN_CI:
         pytest.fail(f"{what} is required under CI=true but is not reachable: {why}")
     pytest.skip(message)
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Every skip's reason, counted, without ``-rs``: tests that need ``../shared`` (evaluation
+    data kept outside the repository) apart from those that need a service or a tool."""
+    reports = [r for r in terminalreporter.stats.get("skipped", []) if isinstance(r, pytest.TestReport)]
+    if not reports:
+        return
+    reasons = Counter(_skip_reason(r) for r in reports)
+    shared = {k: n for k, n in reasons.items() if "shared" in k}
+    other = {k: n for k, n in reasons.items() if k not in shared}
+    write = terminalreporter.write_line
+    terminalreporter.section("skipped, by reason (pytest -rs lists each test)", sep="-")
+    for title, group in (
+        ("need ../shared (evaluation data outside the repository)", shared),
+        ("need a service, a tool or an extra", other),
+    ):
+        if group:
+            write(f"{sum(group.values())} skipped that {title}:")
+            for reason, n in sorted(group.items(), key=lambda kv: -kv[1]):
+                write(f"  {n} x {reason}")
