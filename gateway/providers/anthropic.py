@@ -26,7 +26,7 @@ from gateway.providers.anthropic_wire import (
     from_anthropic_response,
     to_anthropic_request,
 )
-from gateway.providers.sse import EventStream
+from gateway.providers.sse import EventStream, TypedEventStream
 
 _NO_CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None)
 _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
@@ -217,22 +217,23 @@ class AnthropicStream(EventStream):
                 self._resp.close()
 
 
-class MessagesStream(EventStream):
+class MessagesStream(TypedEventStream):
     """An accepted Anthropic SSE stream relayed as it is: iterating yields (event name, data
     bytes, parsed data). ``usage`` follows message_start and message_delta; an ``error``
     event, a malformed event or an end before message_stop raises StreamBrokenError."""
+
+    LAST = "message_stop"
 
     def __init__(self, provider: str, resp: aiohttp.ClientResponse, idle_timeout: float) -> None:
         super().__init__(provider, resp, idle_timeout)
         self._raw_usage: dict[str, Any] = {}
         self.stop_reason: str | None = None
 
-    def __aiter__(self) -> AsyncIterator[tuple[str, bytes, dict[str, Any]]]:
-        if self._gen is None:
-            self._gen = self._iterate()
-        return self._gen
+    def _error(self, data: dict[str, Any]) -> str | None:
+        err = data.get("error")
+        return str(err.get("type")) if isinstance(err, dict) else None
 
-    def _note(self, kind: str, data: dict[str, Any]) -> None:
+    def _note(self, kind: str, data: dict[str, Any]) -> bool:
         if kind == "message_start" and isinstance(data.get("message"), dict):
             self._raw_usage.update(data["message"].get("usage") or {})
         elif kind == "message_delta":
@@ -241,28 +242,6 @@ class MessagesStream(EventStream):
             if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
                 self.stop_reason = delta["stop_reason"]
         else:
-            return
+            return kind == "message_stop"
         self.usage = http.checked_usage(usage_from_anthropic(self._raw_usage))
-
-    async def _iterate(self) -> AsyncGenerator[tuple[str, bytes, dict[str, Any]], None]:
-        finished = False
-        try:
-            async with contextlib.aclosing(self._events()) as events:
-                async for event, raw in events:
-                    data = self._parse(raw)
-                    kind = data.get("type") if isinstance(data.get("type"), str) else event
-                    if kind == "error":
-                        err = data.get("error")
-                        what = err.get("type") if isinstance(err, dict) else None
-                        raise self._broken(f"sent an error event ({what or 'unknown'})")
-                    self._note(str(kind), data)
-                    yield event or str(kind), raw, data
-                    if kind == "message_stop":
-                        finished = True
-                        return
-            raise self._broken("ended before message_stop")
-        finally:
-            if finished:
-                self._resp.release()
-            else:
-                self._resp.close()
+        return False

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -92,3 +92,44 @@ class EventStream:
         if not isinstance(parsed, dict):
             raise self._broken("sent a malformed event")
         return parsed
+
+
+class TypedEventStream(EventStream):
+    """Typed JSON events relayed as they are: iterating yields (event name, data bytes, parsed
+    data) up to and including the event ``_note`` says is the last; an ``error`` event, a
+    malformed event or an end before the last event raises StreamBrokenError."""
+
+    LAST = "the last event"  # named in the error of a stream that ends early
+
+    def __aiter__(self) -> AsyncIterator[tuple[str, bytes, dict[str, Any]]]:
+        if self._gen is None:
+            self._gen = self._iterate()
+        return self._gen
+
+    def _note(self, kind: str, data: dict[str, Any]) -> bool:
+        """Read what the event tells (usage...); True when it ends the stream."""
+        raise NotImplementedError
+
+    def _error(self, data: dict[str, Any]) -> str | None:
+        """What an ``error`` event names (its type or code), for the error message."""
+        raise NotImplementedError
+
+    async def _iterate(self) -> AsyncGenerator[tuple[str, bytes, dict[str, Any]], None]:
+        finished = False
+        try:
+            async with contextlib.aclosing(self._events()) as events:
+                async for event, raw in events:
+                    data = self._parse(raw)
+                    kind = str(data["type"]) if isinstance(data.get("type"), str) else event
+                    if kind == "error":
+                        raise self._broken(f"sent an error event ({self._error(data) or 'unknown'})")
+                    finished = self._note(kind, data)
+                    yield event or kind, raw, data
+                    if finished:
+                        return
+            raise self._broken(f"ended before {self.LAST}")
+        finally:
+            if finished:
+                self._resp.release()
+            else:
+                self._resp.close()
