@@ -34,6 +34,8 @@ def error_headers(exc: SwitchyardError, request_id: str | None = None) -> dict[s
         headers["retry-after"] = str(max(1, math.ceil(exc.retry_after)))
     if request_id:
         headers["x-request-id"] = request_id
+    if exc.client_retry is not None:
+        headers["x-should-retry"] = "true" if exc.client_retry else "false"
     return headers
 
 

@@ -27,18 +27,19 @@ from gateway.core.errors import (
     SwitchyardError,
 )
 from gateway.flow import admin, pipeline
+from gateway.flow import completions as legacy
 from gateway.flow.exchange import Exchange
 from gateway.flow.reply import Reply
 from gateway.flow.services import Services
 from gateway.protocols.openai_chat import (
     ChatCompletionRequest,
-    CompletionRequest,
     EmbeddingRequest,
     chat_request,
     check_depth,
     too_deep,
     validate,
 )
+from gateway.protocols.openai_completions import CompletionRequest
 
 router = APIRouter()
 
@@ -113,10 +114,14 @@ async def chat_completions(request: Request) -> Response:
     return render(await pipeline.chat(svc, chat_request(data), ex))
 
 
-@router.post("/v1/completions", responses=ERROR_RESPONSES, openapi_extra=openapi_extra(CompletionRequest))
+@router.post(
+    "/v1/completions",
+    responses=ERROR_RESPONSES,
+    openapi_extra=openapi_extra(CompletionRequest, streams=True),
+)
 async def completions(request: Request) -> Response:
     svc, ex, data = await admitted(request, CompletionRequest)
-    return render(await pipeline.passthrough(svc, "completions", data, ex))
+    return render(await legacy.create(svc, data, ex))
 
 
 @router.post("/v1/embeddings", responses=ERROR_RESPONSES, openapi_extra=openapi_extra(EmbeddingRequest))

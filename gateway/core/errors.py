@@ -9,6 +9,9 @@ class SwitchyardError(Exception):
     type: str = "server_error"
     code: str | None = None
     retryable: bool = False
+    # What the client's SDK should do: False sends ``x-should-retry: false`` (the openai and
+    # anthropic SDKs obey it before their status rules, which retry 408, 409, 429 and >= 500).
+    client_retry: bool | None = None
 
     def __init__(
         self,
@@ -147,6 +150,17 @@ class UpstreamRateLimitedError(UpstreamError):
     status = 429
     type = "rate_limit_error"
     code = "upstream_rate_limited"
+
+
+class NotConfiguredError(SwitchyardError):
+    """The operator's configuration cannot serve the request (a route whose providers have no
+    API key). A 500 like any server-side fault, but one that no retry fixes: it says so with
+    ``x-should-retry: false`` so the SDKs fail at once instead of retrying for seconds."""
+
+    status = 500
+    type = "server_error"
+    code = "provider_not_configured"
+    client_retry = False
 
 
 class OverloadedError(SwitchyardError):

@@ -12,7 +12,7 @@ import orjson
 from gateway.cache.keys import canonical_key, is_deterministic
 from gateway.cache.replay import completion_to_chunks
 from gateway.core.ports import SemanticResult
-from gateway.core.types import ChatRequest
+from gateway.core.types import ChatRequest, Target
 from gateway.core.types import usage_from_openai as read_usage
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import record
@@ -22,6 +22,34 @@ from gateway.ledger.meter import estimate_usage
 from gateway.routing.plan import RoutePlan
 
 log = logging.getLogger("switchyard")
+
+
+# A stored answer starts with who produced it, so a hit can say so (x-switchyard-model and
+# -provider): NUL, a JSON array [model, provider], a newline, then the answer's JSON. Entries
+# written before this envelope are plain JSON and replay without the two headers.
+_ORIGIN = b"\x00"
+
+
+def wrap(payload: bytes, target: Target | None) -> bytes:
+    """The cache value of an answer ``target`` produced."""
+    if target is None:
+        return payload
+    return _ORIGIN + orjson.dumps([target.model, target.provider]) + b"\n" + payload
+
+
+def unwrap(stored: bytes, ex: Exchange | None) -> bytes:
+    """The answer's JSON out of a cache value; the model and provider that produced it go on
+    ``ex.origin``. Plain JSON (an older entry) comes back as it is."""
+    if not stored.startswith(_ORIGIN):
+        return stored
+    head, _, payload = stored.partition(b"\n")
+    try:
+        model, provider = orjson.loads(head[1:])
+        if ex is not None:
+            ex.origin = (str(model), str(provider))
+    except (orjson.JSONDecodeError, ValueError, TypeError):
+        log.warning("cache entry with an unreadable origin; replayed without it")
+    return payload
 
 
 def cache_key(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exchange) -> str | None:
@@ -38,10 +66,13 @@ def cache_key(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exchange
     return key
 
 
-async def cache_get(svc: Services, key: str) -> bytes | None:
+async def cache_get(svc: Services, key: str, ex: Exchange | None = None) -> bytes | None:
+    """The cached answer's JSON (its origin goes on ``ex``), or None on a miss."""
     value = await svc.cache.get(key)
     svc.metrics.cache.labels("hit" if value is not None else "miss").inc()
-    return value
+    if value is None:
+        return None
+    return unwrap(value, ex)
 
 
 async def semantic_get(
@@ -70,6 +101,7 @@ def store(svc: Services, plan: RoutePlan, ex: Exchange, key: str, payload: bytes
     """Store a fresh answer: the exact cache in the background, the semantic cache (when this
     request looked it up and missed) in place."""
     ttl = plan.policy.cache.ttl_s or svc.policy.cache.ttl_s
+    payload = wrap(payload, ex.target)
     svc.tasks.spawn(svc.cache.set(key, payload, ttl))
     if ex.semantic is not None and not ex.semantic.lookup.hit:
         sem_ttl = plan.policy.semantic_cache.ttl_s or ttl
@@ -81,6 +113,7 @@ def store(svc: Services, plan: RoutePlan, ex: Exchange, key: str, payload: bytes
 
 def replay(svc: Services, hit: bytes, req: ChatRequest, ex: Exchange, status: str) -> Reply:
     ex.cache = status
+    hit = unwrap(hit, ex)
     completion = orjson.loads(hit)
     usage = read_usage(completion.get("usage"))
     if usage is None or usage.input_tokens is None:  # first metered by estimate: again, for the baseline

@@ -39,6 +39,7 @@ class Exchange:
     conversation: str | None = None  # routing/sticky.py: keeps its model while it serves
     # the attempts
     target: Target | None = None  # the target answering (or last tried)
+    origin: tuple[str, str] | None = None  # a cache hit: (model, provider) that produced it
     attempts: int = 0
     upstream_seconds: float = 0.0
     # the outcome

@@ -136,6 +136,7 @@ def _cache_key(svc: Services, plan: RoutePlan, req: _Request, ex: Exchange) -> s
 def _replay(svc: Services, hit: bytes, req: _Request, ex: Exchange, status: str) -> Reply:
     """A cached Messages answer (exact or semantic hit), as JSON or as its events; cost 0."""
     ex.cache = status
+    hit = caching.unwrap(hit, ex)
     message = orjson.loads(hit)
     ex.usage = usage_from_anthropic(message.get("usage")) or Usage()
     ex.target = None

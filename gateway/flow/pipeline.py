@@ -36,15 +36,16 @@ log = logging.getLogger("switchyard")
 
 
 # --------------------------------------------------------------------------- entry points
-async def chat(svc: Services, req: ChatRequest, ex: Exchange) -> Reply:
-    ex.endpoint, ex.requested, ex.stream = "chat", req.model, req.stream
+async def chat(svc: Services, req: ChatRequest, ex: Exchange, endpoint: str = "chat") -> Reply:
+    """``endpoint``: what the ledger calls it ("completions" for a legacy request over chat)."""
+    ex.endpoint, ex.requested, ex.stream = endpoint, req.model, req.stream
     async with guarded(svc, ex):
         plan = await admit(svc, req.model, ex, "chat", req.body)
         ex.conversation = conversation_key(ex.principal.tenant, plan.name, req.body)
         body = apply_params(req.body, plan.policy.params)
         key = caching.cache_key(svc, plan, body, ex)
         if key is not None and ex.cache == "miss":
-            hit = await caching.cache_get(svc, key)
+            hit = await caching.cache_get(svc, key, ex)
             if hit is not None:
                 return await durable(ex, caching.replay(svc, hit, req, ex, "hit"))
             sem = await caching.semantic_get(svc, plan, body, ex)

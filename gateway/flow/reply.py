@@ -46,4 +46,6 @@ def headers(ex: Exchange) -> dict[str, str]:
         out["x-switchyard-model"] = ex.target.model
         out["x-switchyard-provider"] = ex.target.provider
         out["x-switchyard-attempts"] = str(ex.attempts)
+    elif ex.origin is not None:  # a cache hit: the model and provider that produced the answer
+        out["x-switchyard-model"], out["x-switchyard-provider"] = ex.origin
     return out

@@ -148,7 +148,7 @@ async def create(svc: Services, body: dict[str, Any], ex: Exchange) -> Reply:
         passes = any(_native(svc, t) for t in plan.targets)
         key = None if passes else caching.cache_key(svc, plan, chat, ex)
         if key is not None and ex.cache == "miss":
-            hit = await caching.cache_get(svc, key)
+            hit = await caching.cache_get(svc, key, ex)
             if hit is not None:
                 return await _replay(svc, hit, turn, ex, "hit")
             sem = await caching.semantic_get(svc, plan, chat, ex)
@@ -184,6 +184,7 @@ async def _call(svc: Services, turn: _Turn, provider: Provider, target: Target, 
 
 async def _replay(svc: Services, hit: bytes, turn: _Turn, ex: Exchange, status: str) -> Reply:
     """A cached chat answer as a Response (or its events); metered at cost 0 by caching.replay."""
+    hit = caching.unwrap(hit, ex)  # the answer's JSON; who produced it goes on ex.origin
     caching.replay(svc, hit, ChatRequest(turn.chat, stream=False, include_usage=False), ex, status)
     completion = orjson.loads(hit)
     if not ex.stream:

@@ -1,4 +1,4 @@
-"""OpenAI chat/completions/embeddings in: wire models for request validation (and the OpenAPI
+"""OpenAI chat and embeddings in: wire models for request validation (and the OpenAPI
 document), and the translation of a valid chat body into the internal ``ChatRequest``.
 
 The models check the fields Switchyard or an upstream would trip over and allow every other field
@@ -97,16 +97,6 @@ class ChatCompletionRequest(_Open):
     parallel_tool_calls: StrictBool | None = None
     response_format: ResponseFormat | None = None
     logit_bias: dict[str, Number] | None = None
-
-
-class CompletionRequest(_Open):
-    model: StrictStr
-    prompt: StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]]
-    stream: Literal[False] | None = False
-    max_tokens: Annotated[StrictInt, Field(ge=0)] | None = None
-    temperature: Annotated[Number, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[Number, Field(ge=0, le=1)] | None = None
-    n: Annotated[StrictInt, Field(ge=1, le=128)] | None = None
 
 
 class EmbeddingRequest(_Open):

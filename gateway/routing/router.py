@@ -7,7 +7,7 @@ from dataclasses import replace
 from fnmatch import fnmatchcase
 
 from gateway.config.policy import Policy, RoutePolicy
-from gateway.core.errors import BadRequestError, NotFoundError, PermissionDeniedError, ServiceUnavailableError
+from gateway.core.errors import BadRequestError, NotConfiguredError, NotFoundError, PermissionDeniedError
 from gateway.core.types import Price, Principal, Target
 from gateway.routing.plan import RoutePlan
 from gateway.routing.tiers import build_auto
@@ -94,11 +94,18 @@ class Router:
             raise BadRequestError(f"The model '{model}' serves {plan.kind}, not {kind}", param="model")
         if not plan.targets:
             hints = ", ".join(_ENV_HINT.get(p, p) for p in plan.unconfigured)
-            raise ServiceUnavailableError(
-                f"No configured provider can serve '{model}': its providers have no API key ({hints})",
-                code="provider_not_configured",
+            raise NotConfiguredError(
+                f"No configured provider can serve '{model}': its providers have no API key ({hints})"
             )
         return plan
+
+    def kind_of(self, model: object) -> str | None:
+        """The kind (chat | completions | embeddings) a model, route or alias serves; None when
+        the name is unknown (``plan`` then says why)."""
+        if not isinstance(model, str):
+            return None
+        plan = self._plans.get(model) or self._plans.get(self._alias(model))
+        return plan.kind if plan is not None else None
 
     def _alias(self, model: str) -> str:
         """The route/model an alias pattern maps ``model`` to (``model`` itself when none does)."""
