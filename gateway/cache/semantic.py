@@ -20,8 +20,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from gateway.cache.online_threshold import EntryRecord, OnlinePolicy
 from gateway.cache.semantic_index import DIM, PartitionIndex
-from gateway.cache.verifier import Verifier, analyse
+from gateway.cache.verifier import Verifier, analyse, hard_reject
 
 Vector = npt.NDArray[np.float32]
 _ZLIB = b"z"
@@ -47,6 +48,8 @@ class Entry:
     text: str
     payload: bytes  # packed
     expires: float  # wall-clock seconds
+    online: EntryRecord | None = None  # its own threshold, once it has feedback (local only)
+    aliases: list[int] | None = None  # index ids of confirmed paraphrases that point to it
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +62,22 @@ class Lookup:
     payload: bytes | None  # the cached response, on a hit
     matched: str | None  # the cached question, on a hit
     reject: str | None = None  # why the best candidate was refused, when it was
+    uid: str | None = None  # the best candidate's entry (hit or not): where feedback goes
+    cut: float = 0.0  # the threshold the best candidate had to reach
 
 
 class EntrySink(Protocol):
     """Where new entries are persisted (Redis); must never raise."""
 
     def put(self, entry: Entry, vector: Vector, ttl: float) -> None: ...
+
+
+@dataclass(slots=True)
+class _Alias:
+    """A confirmed paraphrase of an entry, indexed under its own id."""
+
+    eid: int  # the entry it answers for
+    text: str
 
 
 class SemanticCache:
@@ -75,8 +88,13 @@ class SemanticCache:
         max_entries: int = 100_000,
         ivf_at: int = 8_192,
         candidates: int = 4,
+        online: OnlinePolicy | None = None,
+        max_aliases: int = 4,
     ) -> None:
         self.verifier = verifier
+        self.online = online if online is not None else default_online(verifier)
+        self.max_aliases = max_aliases
+        self._aliases: dict[int, _Alias] = {}
         self.max_entries = max_entries
         self.candidates = candidates
         self._ivf_at = ivf_at
@@ -100,6 +118,11 @@ class SemanticCache:
 
     # ------------------------------------------------------------------ lookup
     def lookup(self, context: str, text: str, vector: Vector, threshold: float | None = None) -> Lookup:
+        """The best candidate of ``context`` for ``text``. Each candidate must reach its own cut:
+        ``threshold`` (default: the verifier's), lowered to the entry's learned threshold when
+        its feedback justifies it (``online_threshold``), raised when a hit of it was refuted.
+        A candidate may be an entry's confirmed paraphrase (``add_alias``): it is scored against
+        that text and vector, and the hard rules are checked against the entry's own text too."""
         cut = self.verifier.threshold if threshold is None else threshold
         vector = np.asarray(vector, dtype=np.float32).reshape(DIM)
         part = self._parts.get(context)
@@ -109,23 +132,99 @@ class SemanticCache:
         now = time.time()
         query = analyse(text)
         top_cosine = float(scores[0]) if len(scores) else 0.0
-        best_score, best_cosine, best, reason = 0.0, top_cosine, None, None
-        for cosine, eid in zip(scores.tolist(), ids.tolist(), strict=True):
+        best_score, best_cosine, best, best_cut, reason = 0.0, top_cosine, None, cut, None
+        hit_score, hit_cosine, hit, hit_cut = -1.0, 0.0, None, cut
+        for cosine, iid in zip(scores.tolist(), ids.tolist(), strict=True):
+            alias = self._aliases.get(iid)
+            eid = alias.eid if alias is not None else iid
             entry = self._entries.get(eid)
             if entry is None or entry.context != context:
                 continue
             if entry.expires <= now:
                 self._drop(eid)
                 continue
-            cached = analyse(entry.text)
-            score = self.verifier.score(query, cached, vector, part.vector(eid))
+            cached = analyse(alias.text if alias is not None else entry.text)
+            score = self.verifier.score(query, cached, vector, part.vector(iid))
+            if score > 0.0 and alias is not None and hard_reject(query, analyse(entry.text)):
+                score = 0.0
+            if score <= 0.0 and best is None and reason is None:
+                reason = self.verifier.reject_reason(query, cached, cosine) or "alias"
+            own = self._cut(entry, cut)
             if score > best_score:
-                best_score, best_cosine, best = score, cosine, entry
-            elif best is None and reason is None:
-                reason = self.verifier.reject_reason(query, cached, cosine)
-        if best is None or best_score < cut:
+                best_score, best_cosine, best, best_cut = score, cosine, entry, own
+            if score >= own and score > 0.0 and score > hit_score:
+                hit_score, hit_cosine, hit, hit_cut = score, cosine, entry, own
+        if hit is not None:
+            payload = unpack(hit.payload)
+            return Lookup(True, hit_score, hit_cosine, payload, hit.text, None, hit.uid, hit_cut)
+        if best is None:
             return Lookup(False, best_score, best_cosine, None, None, reason)
-        return Lookup(True, best_score, best_cosine, unpack(best.payload), best.text)
+        return Lookup(False, best_score, best_cosine, None, None, reason, best.uid, best_cut)
+
+    def _cut(self, entry: Entry, cut: float) -> float:
+        rec = entry.online
+        if rec is None:
+            return cut
+        if rec.threshold > self.online.start:
+            return max(cut, rec.threshold)  # a refuted hit: stricter than anyone's default
+        return min(cut, rec.threshold)
+
+    # ------------------------------------------------------------------ feedback
+    def entry(self, uid: str) -> Entry | None:
+        """A live entry by its global id."""
+        eid = self._by_uid.get(uid)
+        return self._entries.get(eid) if eid is not None else None
+
+    def observe(self, uid: str, score: float, correct: bool) -> bool:
+        """Feedback on an entry: would (or did) its answer fit a query it scored ``score``
+        against? False when the entry is gone."""
+        entry = self.entry(uid)
+        if entry is None:
+            return False
+        if entry.online is None:
+            entry.online = EntryRecord(self.online.start)
+        entry.online.observe(self.online, score, correct)
+        return True
+
+    def add_alias(self, uid: str, text: str, vector: Vector) -> bool:
+        """Index ``text`` (confirmed to share the entry's answer) as another way to reach the
+        entry; at most ``max_aliases`` per entry (the oldest replaced)."""
+        eid = self._by_uid.get(uid)
+        entry = self._entries.get(eid) if eid is not None else None
+        if entry is None or eid is None or self.max_aliases <= 0:
+            return False
+        part = self._parts.get(entry.context)
+        if part is None:
+            return False
+        aliases = entry.aliases if entry.aliases is not None else []
+        entry.aliases = aliases
+        if any(self._aliases[a].text == text for a in aliases) or text == entry.text:
+            return False
+        if len(aliases) >= self.max_aliases:
+            old = aliases.pop(0)
+            self._aliases.pop(old, None)
+            part.remove(old)
+        iid = self._next
+        self._next += 1
+        self._aliases[iid] = _Alias(eid, text)
+        aliases.append(iid)
+        part.add(np.array([iid], dtype=np.int64), np.asarray(vector, dtype=np.float32).reshape(1, DIM))
+        return True
+
+    def entry_payload(self, uid: str) -> bytes | None:
+        """An entry's cached response (None when gone)."""
+        entry = self.entry(uid)
+        return None if entry is None else unpack(entry.payload)
+
+    def entry_text(self, uid: str) -> str | None:
+        """The question an entry answers (None when gone)."""
+        entry = self.entry(uid)
+        return None if entry is None else entry.text
+
+    def entry_threshold(self, uid: str) -> float | None:
+        """The entry's learned threshold (None: it has no feedback, or is gone)."""
+        entry = self.entry(uid)
+        return None if entry is None or entry.online is None else entry.online.threshold
 
     # ------------------------------------------------------------------ insert
     def insert(self, context: str, text: str, vector: Vector, payload: bytes, ttl: float) -> str | None:
@@ -196,6 +295,9 @@ class SemanticCache:
         part = self._parts.get(entry.context)
         if part is not None:
             part.remove(eid)
+            for iid in entry.aliases or ():
+                self._aliases.pop(iid, None)
+                part.remove(iid)
             if part.live <= 0:
                 del self._parts[entry.context]
 
@@ -207,4 +309,18 @@ class SemanticCache:
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._entries.clear()
         self._by_uid.clear()
+        self._aliases.clear()
         self._parts.clear()
+
+
+def default_online(verifier: Verifier) -> OnlinePolicy:
+    """The online policy of a verifier: it starts at the verifier's threshold; the band's floor
+    and prior come from its weights' calibration (``meta['band_precision']``) when present."""
+    meta = verifier.meta.get("online") or {}
+    table = tuple((float(a), float(p)) for a, p in meta.get("band_precision", ()))
+    return OnlinePolicy(
+        start=verifier.threshold,
+        floor=float(meta.get("floor", 0.5)),
+        prior_precision=float(meta.get("floor_precision", 0.6)),
+        prior_table=table,
+    )

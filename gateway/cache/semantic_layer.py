@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.cache.model_errors import ModelUnavailable
 from gateway.cache.semantic_key import SemanticKey, semantic_key
 from gateway.config.policy import CachePolicy, Policy
 from gateway.core.ports import Spawn, TaskHandle
@@ -65,6 +66,7 @@ class SemanticLayer:
         self._config: tuple[object, ...] | None = None
         self._store: RedisSemanticStore | None = None
         self._starting: list[TaskHandle] = []
+        self._warming = 0  # warm-ups in flight: /readyz says 503 until they are done
 
     # ------------------------------------------------------------------ shared embedder
     async def embedder(self) -> Embedder:
@@ -91,16 +93,49 @@ class SemanticLayer:
         routes = policy.routes.values()
         return any(r.semantic_cache.enabled or r.classifier is not None for r in routes)
 
+    @property
+    def ready(self) -> bool:
+        """False while a warm-up runs (``/readyz`` answers 503 until every route's models are in)."""
+        return self._warming == 0
+
+    def start_warm(self, policy: Policy) -> None:
+        """Begin loading what the routes of ``policy`` use (embedder, verifier) in the background;
+        ``ready`` is False from now until it is done. Routes that use neither load nothing."""
+        if not self.embedder_wanted(policy):
+            return
+        self._warming += 1
+        self._starting.append(self._spawn(self.warm(policy)))
+
     async def warm(self, policy: Policy) -> None:
-        """Load the embedder (and the cache) now, in the background, when a route of ``policy``
-        uses them, so the first request does not pay for it; routes that do not never load it."""
+        """Load the embedder (and the cache's verifier) now, so the first request does not pay
+        for it. A failure is logged (the first request tries again; a missing extra is named)."""
+        routes = ", ".join(
+            n for n, r in policy.routes.items() if r.semantic_cache.enabled or r.classifier is not None
+        )
+        started = time.perf_counter()
         try:
-            if self.embedder_wanted(policy):
-                await self.embedder()
+            try:
+                mod: Any = importlib.import_module("gateway.cache.embedder")
+            except ModuleNotFoundError as exc:
+                log.warning(
+                    "routes %s: the semantic cache and the classifier need the ml extra "
+                    "(pip install 'switchyard[ml]'; missing module %s); serving without them",
+                    routes,
+                    exc.name,
+                )
+                return
+            what = mod.describe_load(self._backend, self._home, self._model_dir)
+            log.info("warming the embedder for routes %s (%s)", routes, what)
+            await self.embedder()
             if self.wanted(policy):
                 await self.cache(policy.cache)
+            log.info("embedder ready for routes %s in %.1f s", routes, time.perf_counter() - started)
+        except ModelUnavailable as exc:  # the ml extra without its model package: say so
+            log.warning("routes %s: %s; serving without the semantic cache and the classifier", routes, exc)
         except Exception:  # the first lookup tries again (and counts as a miss if it fails)
             log.exception("semantic cache: loading the embedder failed")
+        finally:
+            self._warming = max(0, self._warming - 1)
 
     # ------------------------------------------------------------------ the cache
     def _redis_for(self, c: CachePolicy) -> str | None:
@@ -149,8 +184,23 @@ class SemanticLayer:
         return SemanticResult(key, vector, found, time.perf_counter() - started)
 
     def store(self, result: SemanticResult, payload: bytes, ttl: float) -> None:
-        if self._cache is not None:
-            self._cache.insert(result.key.context, result.key.text, result.vector, payload, ttl)
+        """Store a fresh answer. When the lookup's best candidate scored in the online band
+        (below its cut, above the floor), the fresh answer is feedback on that entry
+        (``answer_match.same_answer``): an identical answer confirms it (and the question becomes
+        one of the entry's paraphrases instead of a new entry), any other refutes it."""
+        cache = self._cache
+        if cache is None:
+            return
+        found = result.lookup
+        if found.uid is not None and not found.hit and cache.online.floor <= found.score < found.cut:
+            cached = cache.entry_payload(found.uid)
+            if cached is not None:
+                match: Any = importlib.import_module("gateway.cache.answer_match")
+                same = bool(match.same_answer(cached, payload))
+                cache.observe(found.uid, found.score, same)
+                if same and cache.add_alias(found.uid, result.key.text, result.vector):
+                    return
+        cache.insert(result.key.context, result.key.text, result.vector, payload, ttl)
 
     async def aclose(self) -> None:
         for task in self._starting:
