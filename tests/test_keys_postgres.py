@@ -302,3 +302,56 @@ def test_two_gateways_share_keys_and_revocations(
     # and nothing was written to the per-instance SQLite key files
     assert not (tmp_path / "a" / "keys.db").exists() and not (tmp_path / "b" / "keys.db").exists()
     assert not (tmp_path / "cli" / "keys.db").exists()
+
+
+# ----------------------------------------------------------------------------- outage (issue 14)
+def test_a_key_revoked_just_before_an_outage_stops_within_the_grace_bound(
+    tmp_path: Path, pg_url: str, mock: MockUpstream
+) -> None:
+    """PostgreSQL goes away right after a key is revoked elsewhere (another replica, the CLI):
+    this gateway cannot see the revoke, so the key works for at most key_cache_ttl_s +
+    key_outage_grace_s after its last confirmation, then 503; a key it never saw gets 503 at
+    once; after the outage the revoked key is refused (401) and the other works again."""
+    from tests.pg_outage import CuttableProxy
+
+    ttl, grace = 0.5, 2.0
+    proxy = CuttableProxy(("127.0.0.1", 5432), pg_url)
+    assert proxy.url != pg_url, "the proxy must stand between the gateway and PostgreSQL"
+    proxy.start()
+    with PostgresKeyStore(pg_url) as direct:  # a path to PostgreSQL that the outage does not cut
+        revoked_key, revoked = direct.create("team-a")
+        kept_key, _ = direct.create("team-a")
+        unseen_key, _ = direct.create("team-a")
+        policy = tmp_path / "policy.yaml"
+        extra = f"server: {{key_cache_ttl_s: {ttl}, key_outage_grace_s: {grace}}}\n"
+        policy.write_text(mock_policy(mock.base_url, extra))
+        proc, url, log = _serve(tmp_path, "gw", proxy.url, policy)
+        try:
+            _wait_ready(proc, url, log)
+            assert _chat(url, revoked_key) == 200 and _chat(url, kept_key) == 200
+            confirmed = time.monotonic()  # (at the latest)
+            assert direct.revoke(revoked.key_id)
+            proxy.crash()  # PostgreSQL unreachable from the gateway from now on
+            assert _chat(url, unseen_key) == 503  # nothing confirmed: no grace
+            codes: list[tuple[float, int]] = []
+            while time.monotonic() - confirmed < ttl + grace + 1.5:
+                codes.append((time.monotonic() - confirmed, _chat(url, revoked_key)))
+                time.sleep(0.1)
+            late = [code for t, code in codes if t > ttl + grace + 0.3]
+            assert late and set(late) == {503}, codes  # the revoked key stopped working mid-outage
+            assert {code for _, code in codes} <= {200, 503}, codes
+            assert _chat(url, kept_key) == 503  # a valid key too: no one is confirmed any more
+            proxy.start()  # PostgreSQL is back
+            deadline = time.monotonic() + 10
+            while _chat(url, kept_key) != 200:
+                assert time.monotonic() < deadline, "the gateway did not reconnect to PostgreSQL"
+                time.sleep(0.2)
+            assert _chat(url, revoked_key) == 401
+        finally:
+            proxy.destroy()
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)

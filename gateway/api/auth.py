@@ -36,7 +36,8 @@ def authenticate(headers: Mapping[str, str], policy: Policy, keys: KeyCache) -> 
             code="missing_api_key",
         )
     try:
-        record = keys.lookup(key)
+        server = policy.server
+        record = keys.lookup(key, server.key_cache_ttl_s, server.key_cache_ttl_s + server.key_outage_grace_s)
     except store_errors():
         raise ServiceUnavailableError(
             "The key store is unreachable; retry shortly", code="key_store_unavailable"

@@ -29,6 +29,12 @@ class ServerPolicy(_Strict):
     # Requests whose body is still arriving, per worker (their own bound, not max_in_flight:
     # a slow body holds a socket, not a model call); more get a fast 503. null: no limit.
     max_body_reads: int | None = Field(default=4096, gt=0)
+    # A key the key store confirmed is trusted from memory this long (a revoke made elsewhere,
+    # e.g. on another replica, takes effect within it) ...
+    key_cache_ttl_s: float = Field(default=5.0, gt=0, le=3600)
+    # ... and, while the key store is unreachable, this much longer at most (then 503); 0: a
+    # revoke takes effect within key_cache_ttl_s even during an outage.
+    key_outage_grace_s: float = Field(default=55.0, ge=0, le=86400)
 
 
 class EngineLoadPolicy(_Strict):

@@ -339,7 +339,9 @@ class KeyCache:
 
     While the store is unreachable (PostgreSQL down), a key it confirmed keeps working for at
     most ``stale`` seconds after that confirmation; then it gets 503 like an unknown key. So a
-    revocation this process could not see takes effect within ``stale`` even mid-outage.
+    revocation this process could not see takes effect within ``stale`` even mid-outage
+    (``stale`` equal to ``ttl``: within the TTL, outage or not; the gateway reads both from
+    ``server.key_cache_ttl_s`` and ``server.key_outage_grace_s``).
     """
 
     def __init__(
@@ -365,10 +367,13 @@ class KeyCache:
         self._misses: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()  # guards evictions; reads are single dict operations
 
-    def lookup(self, key: str) -> KeyRecord | None:
-        """The active record for ``key`` (from memory when fresh), or None."""
+    def lookup(self, key: str, ttl: float | None = None, stale: float | None = None) -> KeyRecord | None:
+        """The active record for ``key`` (from memory when fresh), or None. ``ttl`` and
+        ``stale`` override the cache's own for this lookup (the running policy's values)."""
         if not _plausible(key):
             return None
+        ttl = self.ttl if ttl is None else ttl
+        stale = self.stale if stale is None else max(stale, ttl)
         digest = hash_key(key)
         now = self._clock()
         hit = self._hits.get(digest)
@@ -383,11 +388,11 @@ class KeyCache:
             record = self.store.lookup_hash(digest)
         except store_errors():
             confirmed = self._confirmed.get(digest)
-            if hit is None or confirmed is None or now - confirmed > self.stale:
+            if hit is None or confirmed is None or now - confirmed >= stale:
                 raise
             # The store is unreachable (e.g. PostgreSQL down): keep honouring a key it confirmed
-            # recently (at most ``stale`` ago) rather than failing every caller.
-            until = min(now + self.ttl, confirmed + self.stale)
+            # recently (less than ``stale`` ago) rather than failing every caller.
+            until = min(now + ttl, confirmed + stale)
             self._remember(self._hits, digest, (until, hit[1]), self.max_entries)
             return hit[1]
         if record is None:
@@ -395,7 +400,7 @@ class KeyCache:
             self._confirmed.pop(digest, None)
             self._remember(self._misses, digest, now + self.negative_ttl, self.max_negative)
         else:
-            self._remember(self._hits, digest, (now + self.ttl, record), self.max_entries)
+            self._remember(self._hits, digest, (now + ttl, record), self.max_entries)
             if len(self._confirmed) >= self.max_entries:
                 self._confirmed.clear()  # bounded; a key not in it is simply re-confirmed
             self._confirmed[digest] = now
