@@ -184,8 +184,23 @@ class SemanticLayer:
         return SemanticResult(key, vector, found, time.perf_counter() - started)
 
     def store(self, result: SemanticResult, payload: bytes, ttl: float) -> None:
-        if self._cache is not None:
-            self._cache.insert(result.key.context, result.key.text, result.vector, payload, ttl)
+        """Store a fresh answer. When the lookup's best candidate scored in the online band
+        (below its cut, above the floor), the fresh answer is feedback on that entry
+        (``answer_match.same_answer``): an identical answer confirms it (and the question becomes
+        one of the entry's paraphrases instead of a new entry), any other refutes it."""
+        cache = self._cache
+        if cache is None:
+            return
+        found = result.lookup
+        if found.uid is not None and not found.hit and cache.online.floor <= found.score < found.cut:
+            cached = cache.entry_payload(found.uid)
+            if cached is not None:
+                match: Any = importlib.import_module("gateway.cache.answer_match")
+                same = bool(match.same_answer(cached, payload))
+                cache.observe(found.uid, found.score, same)
+                if same and cache.add_alias(found.uid, result.key.text, result.vector):
+                    return
+        cache.insert(result.key.context, result.key.text, result.vector, payload, ttl)
 
     async def aclose(self) -> None:
         for task in self._starting:
