@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
+import httpx2 as httpx
 import openai
 import pytest
 
@@ -31,6 +32,7 @@ def gw(tmp_path: Path, mock: MockUpstream) -> Iterator[RunningGateway]:
     text = text.replace(
         "models:\n", "models:\n  orphan: {provider: keyless, upstream: x, price: {input: 1, output: 1}}\n", 1
     )
+    text = text.replace("breaker:\n", 'aliases:\n  "orph*": orphan\n  "vec-*": embed\nbreaker:\n', 1)
     gateway = start_gateway(tmp_path, text)
     try:
         yield gateway
@@ -72,3 +74,27 @@ def test_a_passing_fault_is_still_retried_by_the_sdk(gw: RunningGateway, mock: M
     with client, pytest.raises(openai.APIStatusError):
         client.chat.completions.create(model="small", messages=[{"role": "user", "content": "hi"}])
     assert len(gw.ledger_rows()) == 2  # the SDK tried twice
+
+
+@pytest.mark.parametrize(
+    ("model", "owner"),
+    [("orphan", "keyless"), ("orphan-2", "switchyard"), ("vec-large", "switchyard"), ("auto", "switchyard")],
+)
+def test_models_retrieve_resolves_models_routes_and_aliases(
+    gw: RunningGateway, model: str, owner: str
+) -> None:
+    """An alias of an embeddings model, or of a model whose provider has no key, exists too."""
+    with openai.OpenAI(base_url=gw.base_url, api_key=gw.key(), max_retries=0) as client:
+        found = client.models.retrieve(model)
+    assert found.id == model and found.owned_by == owner and found.object == "model"
+
+
+def test_models_retrieve_unknown_is_an_openai_404(gw: RunningGateway) -> None:
+    r = httpx.get(gw.base_url + "/models/nope-1", headers=gw.headers())
+    assert r.status_code == 404
+    assert r.json()["error"] == {
+        "message": "The model 'nope-1' does not exist or you do not have access to it.",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
