@@ -35,11 +35,29 @@ def test_dashboard_needs_the_admin_key(gateway: RunningGateway) -> None:
     )
 
 
+SECRET_USER = "user-secret-4242"  # names a conversation; must never reach the ledger
+SYSTEM = [
+    {"type": "text", "text": "You are a careful assistant. " * 40, "cache_control": {"type": "ephemeral"}}
+]
+
+
 def _traffic(gw: RunningGateway) -> None:
     for tenant, model in (("team-a", "auto"), ("team-a", "large"), ("team-b", "auto"), ("team-c", "claude")):
         body = {"model": model, "messages": HELLO, "temperature": 0}
         for _ in range(2):  # the second identical request is an exact-cache hit (a saving)
             r = gw.post("/v1/chat/completions", body, tenant=tenant)
+            assert r.status_code == 200, r.text
+    # an agent's conversation on /v1/messages: a cached system prompt, read back from turn 2 on
+    for user, turns in ((SECRET_USER, 3), ("other-user", 1)):
+        for turn in range(turns):
+            body = {
+                "model": "claude",
+                "max_tokens": 32,
+                "system": SYSTEM,
+                "metadata": {"user_id": user},
+                "messages": [{"role": "user", "content": f"turn {turn} of {user}"}],
+            }
+            r = gw.post("/v1/messages", body, tenant="team-a", headers={"anthropic-version": "2023-06-01"})
             assert r.status_code == 200, r.text
 
 
@@ -71,6 +89,11 @@ def test_dashboard_renders_charts_in_headless_chromium(
             page.goto(gateway.url + "/dashboard")
             page.wait_for_selector("body[data-ready]", timeout=15000)
             assert page.get_attribute("body", "data-ready") == "true", page.inner_text("#status")
+            conversations = page.eval_on_selector_all(
+                "#conversations tr[data-conversation]",
+                """els => els.map(r => [r.dataset.conversation, Number(r.dataset.cost),
+                     Number(r.dataset.cachedShare), r.cells[4].textContent])""",
+            )
             charts = page.eval_on_selector_all(
                 "svg[data-chart]",
                 """els => Object.fromEntries(els.map(s => [s.dataset.chart,
@@ -84,7 +107,32 @@ def test_dashboard_renders_charts_in_headless_chromium(
     with capsys.disabled():
         print(f"\ndashboard screenshot: {shot}")
     assert errors == []
-    assert set(charts) == {"spend-time", "spend-model", "spend-tenant", "savings-cause"}
+    assert set(charts) == {"spend-time", "spend-model", "spend-tenant", "savings-cause", "cached-route"}
+    # cached share by route and the top conversations: the ledger rows' own numbers
+    assert all(SECRET_USER not in str(v) for r in rows for v in r.values())
+    tokens: dict[str, list[int]] = {}
+    convs: dict[str, list[Decimal]] = {}
+    for r in rows:
+        if r["route"] and r["input_tokens"]:
+            t = tokens.setdefault(r["route"], [0, 0])
+            t[0] += r["cached_tokens"] or 0
+            t[1] += r["input_tokens"]
+        if r["conversation"]:
+            c = convs.setdefault(r["conversation"], [Decimal(0), Decimal(0), Decimal(0)])
+            c[0] += Decimal(r["cost_usd"] or 0)
+            c[1] += r["cached_tokens"] or 0
+            c[2] += r["input_tokens"] or 0
+    shares = {label: value for label, value, _, _ in charts["cached-route"]}
+    assert shares == pytest.approx({route: c / n for route, (c, n) in tokens.items()})
+    assert any(v > 0 for v in shares.values())  # the conversation's later turns read the cache
+    assert {c for c, *_ in conversations} == set(convs)
+    assert all(len(c) == 16 and int(c, 16) >= 0 for c in convs)
+    assert [c for c, *_ in conversations] == sorted(convs, key=lambda c: -convs[c][0])
+    for conv, cost, share, text in conversations:
+        assert cost == pytest.approx(float(convs[conv][0]), rel=1e-9)
+        assert share == pytest.approx(float(convs[conv][1] / convs[conv][2]))
+        assert text.endswith("%")
+    assert max(share for _, _, share, _ in conversations) > 0.5
     models = {label: value for label, value, _, _ in charts["spend-model"]}
     assert set(models) - {"(cache)"} == set(by_model)
     for model, cost in by_model.items():

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.ledger.report import format_table, parse_since, spend, to_json, total
+from gateway.core.ledger_row import LedgerRow
+from gateway.ledger.report import format_table, parse_since, spend, spend_series, to_json, total
 from gateway.ledger.store import SQLiteLedger
 from tests.test_ledger_store import make_row
 
@@ -167,3 +168,86 @@ def test_cached_share_of_input_per_group(ledger_file: Path) -> None:
         k: None if ln.cached_share is None else round(ln.cached_share, 4) for k, ln in lines.items()
     }
     assert "CACHED%" in format_table(list(lines.values()), "model").splitlines()[0]
+
+
+def _conversation_rows() -> list[LedgerRow]:
+    """Three conversations (and requests outside any) with known cached shares."""
+    rows = []
+    for i, (conv, inp, cached, cost) in enumerate(
+        [
+            ("aaaaaaaaaaaaaaaa", 1000, 0, "0.0100000000"),  # turn 1 writes the cache
+            ("aaaaaaaaaaaaaaaa", 1200, 900, "0.0020000001"),  # later turns read it
+            ("aaaaaaaaaaaaaaaa", 1500, 1100, "0.0030000000"),
+            ("bbbbbbbbbbbbbbbb", 400, 0, "0.5000000000"),  # expensive, never cached
+            ("cccccccccccccccc", 100, 50, "0.0000000001"),
+            (None, 5000, 4000, "9.0000000000"),  # no conversation: not in the report
+        ]
+    ):
+        rows.append(
+            make_row(
+                100 + i,
+                ts=NOW - 100 + i,
+                conversation=conv,
+                input_tokens=inp,
+                cached_tokens=cached,
+                cost_usd=D(cost),
+                route="auto" if i % 2 else "smart",
+            )
+        )
+    return rows
+
+
+def test_cached_share_per_conversation_equals_the_raw_rows(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    led = SQLiteLedger(path)
+    led.start()
+    rows = _conversation_rows()
+    for r in rows:
+        led.write(r)
+    led.close()
+    lines = spend(path, "conversation", None)
+    assert [ln.key for ln in lines] == ["bbbbbbbbbbbbbbbb", "aaaaaaaaaaaaaaaa", "cccccccccccccccc"]  # by cost
+    for ln in lines:
+        mine = [r for r in rows if r.conversation == ln.key]
+        cached = sum(r.cached_tokens or 0 for r in mine)
+        inp = sum(r.input_tokens or 0 for r in mine)
+        assert (ln.requests, ln.cached_tokens, ln.input_tokens) == (len(mine), cached, inp)
+        assert ln.cached_share == cached / inp
+        assert ln.cost_usd == sum((r.cost_usd or D(0) for r in mine), D(0))
+    assert lines[1].cached_share == pytest.approx(2000 / 3700)
+    assert [ln.key for ln in spend(path, "conversation", None, top=2)] == [lines[0].key, lines[1].key]
+    series = spend_series(path, "conversation", "day", None, top=1)
+    assert [r["group"] for r in series] == ["bbbbbbbbbbbbbbbb"]
+    by_route = {ln.key: ln.cached_share for ln in spend(path, "route", None)}
+    for route, share in by_route.items():
+        mine = [r for r in rows if r.route == route]
+        assert share == sum(r.cached_tokens or 0 for r in mine) / sum(r.input_tokens or 0 for r in mine)
+    with pytest.raises(ValueError, match="top"):
+        spend(path, "conversation", None, top=0)
+
+
+def test_spend_cli_by_conversation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from gateway.cli.admin import register
+
+    path = tmp_path / "ledger.db"
+    led = SQLiteLedger(path)
+    led.start()
+    for r in _conversation_rows():
+        led.write(r)
+    led.close()
+    parser = argparse.ArgumentParser(prog="switchyard")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["spend", "--group-by", "conversation", "--since", "all", "--ledger", str(path)])
+    assert args.func(args) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:6] == ["CONVERSATION", "REQUESTS", "ERRORS", "INPUT", "CACHED", "CACHED%"]
+    assert table[3].split()[:6] == ["aaaaaaaaaaaaaaaa", "3", "0", "3,700", "2,000", "54%"]
+    args = parser.parse_args(["spend", "--by", "conversation", "--top", "1", "--json", "--ledger", str(path)])
+    args.since = "all"
+    assert args.func(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [ln["key"] for ln in out["lines"]] == ["bbbbbbbbbbbbbbbb"] and out["lines"][0][
+        "cached_share"
+    ] == 0.0

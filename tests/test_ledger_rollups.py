@@ -163,7 +163,9 @@ def test_plan_splits_a_window_into_edges_and_whole_buckets() -> None:
     assert [p[0] for p in parts] == ["raw", "raw", "ledger_rollup_day", "ledger_rollup_hour"]
     assert parts[2][1:] == (hour0 // 24, hour0 // 24 + 1)  # the one whole day
     assert parts[3][1:] == (hour0 + 24, hour0 + 29)  # then five whole hours; T0 - 15 min is an edge
-    assert plan(T0 + 1, T0 + 2) == [("raw", "", ())]
+    assert [p[1].since for p in parts[:2]] == [since, T0 + DAY + 5 * HOUR - 1]  # edges narrowed
+    assert [p[1].until for p in parts[:2]] == [T0 + 1, until]
+    assert plan(T0 + 1, T0 + 2) == [("raw", Window(T0 + 1, T0 + 2), ("", ()))]
     assert [p[0] for p in plan(None, None)] == ["ledger_rollup_day"]
     assert [p[0] for p in plan(T0, T0 + 30 * DAY, hourly=True)] == ["raw", "raw", "ledger_rollup_hour"]
 

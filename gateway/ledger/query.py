@@ -237,7 +237,7 @@ def spent_by(url: str | Path, scope: Scope, name: str, since_ts: float) -> Decim
 
 
 # -- one report, from the rollups and the edge rows ---------------------------------------------
-Part = tuple[str, Any, Any]  # ("raw", extra SQL, params) or (rollup table, first bucket, end bucket)
+Part = tuple[str, Any, Any]  # ("raw", Window, (extra SQL, params)) or (rollup table, first, end bucket)
 
 
 def plan(since: float | None, until: float | None, *, hourly: bool = False) -> list[Part]:
@@ -245,16 +245,23 @@ def plan(since: float | None, until: float | None, *, hourly: bool = False) -> l
     An hour bucket is whole when every row filed under it lies in the window: the buckets after
     the one holding ``since`` and before the one holding ``until`` (``hour_of`` is monotonic,
     so a row filed later than ``since``'s hour has ``ts > since``). A day is whole when its 24
-    hours are. ``hourly``: no day buckets (hour series)."""
+    hours are. ``hourly``: no day buckets (hour series). A raw part's window is narrowed to its
+    edge (a second of slack either side: the hour test decides), so an index finds it."""
     lo = None if since is None else hour_of(since) + 1  # first whole hour
     hi = None if until is None else hour_of(until)  # end (exclusive) of the whole hours
     if lo is not None and hi is not None and lo >= hi:
-        return [("raw", "", ())]
+        return [("raw", Window(since, until), ("", ()))]
     parts: list[Part] = []
-    if lo is not None:  # the rows of since's hour (the ts bound only lets an index find them)
-        parts.append(("raw", " AND ts < ? AND {hour} < ?", (lo * 3600 + 1, lo)))
-    if hi is not None:
-        parts.append(("raw", " AND ts >= ? AND {hour} >= ?", (hi * 3600 - 1, hi)))
+    if lo is not None:  # the rows of since's hour
+        edge = lo * 3600 + 1
+        parts.append(
+            ("raw", Window(since, edge if until is None else min(until, edge)), (" AND {hour} < ?", (lo,)))
+        )
+    if hi is not None:  # the rows of until's hour
+        edge = hi * 3600 - 1
+        parts.append(
+            ("raw", Window(edge if since is None else max(since, edge), until), (" AND {hour} >= ?", (hi,)))
+        )
     first_day = None if lo is None else -(-lo // 24)
     end_day = None if hi is None else hi // 24
     if hourly or (first_day is not None and end_day is not None and first_day >= end_day):
@@ -278,7 +285,8 @@ def grouped(db: LedgerDb, group: str, bucket: str, window: Window, *, top: int |
         return out
     for source, a, b in plan(window.since, window.until, hourly=bucket == "hour"):
         if source == "raw":
-            found = _raw(db, group, bucket, window, a.format(hour=db.hour_sql), b, None)
+            edge = Window(a.since, a.until, window.tenant)
+            found = _raw(db, group, bucket, edge, b[0].format(hour=db.hour_sql), b[1], None)
             _add(out, found, decoded=False)
         else:
             _add(out, _rolled(db, source, group, bucket, window.tenant, a, b), decoded=group != "none")

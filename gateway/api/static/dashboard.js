@@ -58,13 +58,17 @@ function columnChart(container, chartId, points) {
   });
 }
 
-// Horizontal bars: one per group (model, tenant, cause).
-function barChart(container, chartId, points) {
+function percent(value) {
+  return (Number(value) * 100).toFixed(1) + "%";
+}
+
+// Horizontal bars: one per group (model, tenant, cause); `format` writes a value.
+function barChart(container, chartId, points, format = usd, fixedMax = null) {
   if (!points.length) return empty(container, chartId);
   container.replaceChildren();
   const rowH = 26, left = 130, width = 440;
   const height = points.length * rowH + 10;
-  const max = Math.max(...points.map((p) => Math.abs(p.value)), 1e-12);
+  const max = fixedMax || Math.max(...points.map((p) => Math.abs(p.value)), 1e-12);
   const svg = el("svg", { width, height, viewBox: `0 0 ${width} ${height}`, "data-chart": chartId, "data-points": points.length }, container);
   points.forEach((p, i) => {
     const y = 5 + i * rowH;
@@ -75,10 +79,52 @@ function barChart(container, chartId, points) {
       x: left, y, width: Math.max(1, w), height: rowH - 8, fill: COLORS[i % COLORS.length],
       "data-label": p.label, "data-value": p.value,
     }, svg);
-    el("title", {}, bar).textContent = `${p.label}: ${usd(p.value)}`;
+    el("title", {}, bar).textContent = `${p.label}: ${format(p.value)}`;
     const v = el("text", { x: left + w + 6, y: y + 15 }, svg);
-    v.textContent = usd(p.value);
+    v.textContent = format(p.value);
   });
+}
+
+// Cached share of input tokens per group: cached / input over the window's rows.
+function cachedShares(rows) {
+  const sums = new Map();
+  for (const r of rows) {
+    const k = r.group === null || r.group === undefined ? "(none)" : String(r.group);
+    const s = sums.get(k) || { cached: 0, input: 0 };
+    s.cached += r.cached_tokens;
+    s.input += r.input_tokens;
+    sums.set(k, s);
+  }
+  return [...sums.entries()].filter(([, s]) => s.input > 0).map(([label, s]) => ({ label, value: s.cached / s.input }));
+}
+
+function conversationsTable(container, rows) {
+  container.replaceChildren();
+  if (!rows.length) {
+    container.textContent = "no conversations in this window";
+    container.className = "empty";
+    return;
+  }
+  container.className = "";
+  const table = document.createElement("table");
+  const head = table.insertRow();
+  for (const h of ["conversation", "requests", "spend", "input tokens", "cached share"]) {
+    const th = document.createElement("th");
+    th.textContent = h;
+    head.appendChild(th);
+  }
+  const ordered = [...rows].sort((a, b) => Number(b.cost_usd) - Number(a.cost_usd));
+  for (const r of ordered) {
+    const tr = table.insertRow();
+    tr.dataset.conversation = r.group;
+    tr.dataset.cost = r.cost_usd;
+    tr.dataset.cachedShare = r.input_tokens ? String(r.cached_tokens / r.input_tokens) : "";
+    const share = r.input_tokens ? percent(r.cached_tokens / r.input_tokens) : "-";
+    for (const v of [r.group, String(r.requests), usd(r.cost_usd), String(r.input_tokens), share]) {
+      tr.insertCell().textContent = v;
+    }
+  }
+  container.appendChild(table);
 }
 
 function sumBy(rows, key, field) {
@@ -120,18 +166,22 @@ async function refresh() {
   status.textContent = "loading…";
   try {
     const q = (p) => `${p}&since=${encodeURIComponent(since)}`;
-    const [time, byModel, byTenant, savings, budgets] = await Promise.all([
+    const [time, byModel, byTenant, savings, budgets, byRoute, conversations] = await Promise.all([
       api(q(`/admin/spend?group_by=none&bucket=${bucket}`)),
       api(q("/admin/spend?group_by=model&bucket=none")),
       api(q("/admin/spend?group_by=tenant&bucket=none")),
       api(q("/admin/savings?bucket=none")),
       api("/admin/budgets"),
+      api(q("/admin/spend?group_by=route&bucket=none")),
+      api(q("/admin/spend?group_by=conversation&bucket=none&limit=10")),
     ]);
     columnChart(document.getElementById("chart-spend-time"), "spend-time", sumBy(time.spend, "bucket", "cost_usd"));
     barChart(document.getElementById("chart-spend-model"), "spend-model", sumBy(byModel.spend, "group", "cost_usd"));
     barChart(document.getElementById("chart-spend-tenant"), "spend-tenant", sumBy(byTenant.spend, "group", "cost_usd"));
     barChart(document.getElementById("chart-savings-cause"), "savings-cause", sumBy(savings.savings, "cause", "savings_usd"));
     budgetsTable(document.getElementById("budgets"), budgets.budgets);
+    barChart(document.getElementById("chart-cached-route"), "cached-route", cachedShares(byRoute.spend), percent, 1);
+    conversationsTable(document.getElementById("conversations"), conversations.spend);
     const total = byModel.spend.reduce((a, r) => a + Number(r.cost_usd), 0);
     const saved = savings.savings.reduce((a, r) => a + Number(r.savings_usd), 0);
     const requests = byModel.spend.reduce((a, r) => a + r.requests, 0);
