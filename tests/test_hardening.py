@@ -603,3 +603,39 @@ def test_a_key_confirmed_before_an_outage_works_for_at_most_the_stale_bound(tmp_
     now[0] = 61.0  # the promise: at most 60 s after the last confirmation
     with pytest.raises(sqlite3.Error):
         cache.lookup(key)
+
+
+# ----------------------------------------------------------------- class 6: a bounded count per body
+def test_a_body_of_many_texts_is_tokenized_within_a_bounded_number_of_characters() -> None:
+    from gateway.ledger import tokens
+
+    enc = tokens.encoding_for("lying-model")
+    encoded = [0]
+    real = enc.encode_ordinary
+
+    def counting(text: str) -> list[int]:  # the real tokenizer, with the characters it was given
+        encoded[0] += len(text)
+        return real(text)
+
+    text = "the quick brown fox jumps over the lazy dog " * 1400  # ~62 KB each, under EXACT_CHARS
+    body = {"model": "m", "messages": [{"role": "user", "content": text} for _ in range(128)]}  # 8 MB
+    exact = tokens.REPLY_PRIMING + 128 * (tokens.TOKENS_PER_MESSAGE + len(real(text)))
+    enc.encode_ordinary = counting  # type: ignore[method-assign]
+    try:
+        t0 = time.perf_counter()
+        n = tokens.count_prompt_tokens(body, "lying-model")
+        took = time.perf_counter() - t0
+    finally:
+        del enc.encode_ordinary
+    print(f"8 MB in 128 messages: {encoded[0]} characters encoded, {took * 1000:.0f} ms, {n} vs {exact} tokens")
+    assert encoded[0] <= tokens.BODY_EXACT_CHARS  # not the 8 MB
+    assert exact <= n <= exact * 1.05  # the rest at the measured rate: close, and not below
+    # a body of one huge unbroken word is bounded too, and never counted above its bytes
+    one = {"model": "m", "messages": [{"role": "user", "content": "é" * 3_000_000}]}
+    encoded[0] = 0
+    enc.encode_ordinary = counting  # type: ignore[method-assign]
+    try:
+        n = tokens.count_prompt_tokens(one, "lying-model")
+    finally:
+        del enc.encode_ordinary
+    assert encoded[0] <= tokens.BODY_EXACT_CHARS and 0 < n <= 6_000_000 + 10

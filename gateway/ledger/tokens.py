@@ -111,59 +111,93 @@ def encoding_for(model: str) -> tiktoken.Encoding:
 
 
 EXACT_CHARS = 64 * 1024  # a text counted exactly up to here; past it, its head's rate is extrapolated
+BODY_EXACT_CHARS = 256 * 1024  # characters one body (prompt or completion) has encoded exactly
 _PIECE = 1024  # texts are encoded in pieces: BPE is quadratic in the length of one unbroken word
 
 
-def _count(enc: tiktoken.Encoding, text: str) -> int:
-    """Tokens of ``text``, bounded in CPU: a long text is encoded in 1 KiB pieces (one more
-    token per cut at most), and only its first EXACT_CHARS; the rest at the same rate."""
+def _exact(enc: tiktoken.Encoding, text: str) -> int:
     if len(text) <= _PIECE:
         return len(enc.encode_ordinary(text))
-    head = text[:EXACT_CHARS]
-    n = sum(len(enc.encode_ordinary(head[i : i + _PIECE])) for i in range(0, len(head), _PIECE))
-    if len(text) > len(head):
-        n = -(-n * len(text) // len(head))  # ceil
-    return n
+    return sum(len(enc.encode_ordinary(text[i : i + _PIECE])) for i in range(0, len(text), _PIECE))
+
+
+def _ceil_rate(tokens: int, chars: int, length: int) -> int:
+    return -(-tokens * length // chars)
+
+
+class _Counter:
+    """Counts the texts of one body with at most ``budget`` characters really encoded: each
+    text's first EXACT_CHARS (in 1 KiB pieces, one more token per cut at most) while the
+    budget lasts; the rest of a text at its head's rate; once the budget is spent, every
+    further text at the rate measured so far in this body (one token a character before any),
+    never more than its UTF-8 length (a byte-level BPE token covers at least one byte). So
+    the CPU a body costs is bounded whatever its size or shape."""
+
+    __slots__ = ("budget", "chars", "enc", "tokens")
+
+    def __init__(self, enc: tiktoken.Encoding, budget: int = BODY_EXACT_CHARS) -> None:
+        self.enc = enc
+        self.budget = budget
+        self.chars = 0  # characters encoded exactly so far, and their tokens
+        self.tokens = 0
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        take = min(len(text), EXACT_CHARS, self.budget)
+        if take <= 0:
+            guess = len(text) if not self.chars else _ceil_rate(self.tokens, self.chars, len(text))
+            return max(1, min(guess, len(text) if text.isascii() else len(text.encode("utf-8", "replace"))))
+        n = _exact(self.enc, text[:take])
+        self.budget -= take
+        self.chars += take
+        self.tokens += n
+        return n if take == len(text) else _ceil_rate(n, take, len(text))
+
+
+def _count(enc: tiktoken.Encoding, text: str) -> int:
+    """Tokens of one ``text``, bounded in CPU (see ``_Counter``)."""
+    return _Counter(enc, EXACT_CHARS).count(text)
 
 
 def count_text(text: str, model: str) -> int:
     return _count(encoding_for(model), text) if text else 0
 
 
-def _content_tokens(content: Any, enc: tiktoken.Encoding) -> int:
+def _content_tokens(content: Any, c: _Counter) -> int:
     if isinstance(content, str):
-        return _count(enc, content)
+        return c.count(content)
     if isinstance(content, list):
         total = 0
         for part in content:
             if isinstance(part, str):
-                total += _count(enc, part)
+                total += c.count(part)
             elif isinstance(part, dict):
                 if isinstance(part.get("text"), str):
-                    total += _count(enc, part["text"])
+                    total += c.count(part["text"])
                 elif part.get("type") in ("image_url", "input_image", "image"):
                     total += IMAGE_PART_TOKENS
         return total
     if content is None:
         return 0
-    return _count(enc, orjson.dumps(content).decode())
+    return c.count(orjson.dumps(content).decode())
 
 
-def _message_tokens(msg: Any, enc: tiktoken.Encoding) -> int:
+def _message_tokens(msg: Any, c: _Counter) -> int:
     if not isinstance(msg, dict):
         return TOKENS_PER_MESSAGE
     total = TOKENS_PER_MESSAGE
     for key, value in msg.items():
         if key == "content":
-            total += _content_tokens(value, enc)
+            total += _content_tokens(value, c)
         elif key == "tool_calls" and isinstance(value, list):
             for call in value:
                 fn = call.get("function") if isinstance(call, dict) else None
                 if isinstance(fn, dict):
-                    total += _count(enc, str(fn.get("name") or ""))
-                    total += _count(enc, str(fn.get("arguments") or ""))
+                    total += c.count(str(fn.get("name") or ""))
+                    total += c.count(str(fn.get("arguments") or ""))
         elif isinstance(value, str):
-            total += _count(enc, value)
+            total += c.count(value)
             if key == "name":
                 total += TOKENS_PER_NAME
     return total
@@ -171,49 +205,51 @@ def _message_tokens(msg: Any, enc: tiktoken.Encoding) -> int:
 
 def count_prompt_tokens(body: dict[str, Any], model: str) -> int:
     """Prompt tokens of an OpenAI request body: chat ``messages`` (with tools and
-    response_format schemas), completions ``prompt`` or embeddings ``input``."""
-    enc = encoding_for(model)
+    response_format schemas), completions ``prompt`` or embeddings ``input``. At most
+    BODY_EXACT_CHARS characters are encoded; the rest is estimated (``_Counter``)."""
+    c = _Counter(encoding_for(model))
     messages = body.get("messages")
     if isinstance(messages, list):
-        total = REPLY_PRIMING + sum(_message_tokens(m, enc) for m in messages)
+        total = REPLY_PRIMING + sum(_message_tokens(m, c) for m in messages)
         for extra in ("tools", "functions"):
             if body.get(extra):
-                total += _count(enc, orjson.dumps(body[extra]).decode())
+                total += c.count(orjson.dumps(body[extra]).decode())
         schema = body.get("response_format")
         if isinstance(schema, dict) and "json_schema" in schema:
-            total += _count(enc, orjson.dumps(schema["json_schema"]).decode())
+            total += c.count(orjson.dumps(schema["json_schema"]).decode())
         return total
     prompt = body.get("prompt", body.get("input"))
-    return _inputs_tokens(prompt, enc)
+    return _inputs_tokens(prompt, c)
 
 
-def _inputs_tokens(value: Any, enc: tiktoken.Encoding) -> int:
+def _inputs_tokens(value: Any, c: _Counter) -> int:
     if isinstance(value, str):
-        return _count(enc, value)
+        return c.count(value)
     if isinstance(value, list):
         if value and all(isinstance(v, int) for v in value):
             return len(value)  # already tokens
-        return sum(_inputs_tokens(v, enc) for v in value)
+        return sum(_inputs_tokens(v, c) for v in value)
     return 0
 
 
 def count_completion_tokens(completion: dict[str, Any], model: str) -> int:
     """Output tokens of a ``chat.completion`` / ``text_completion`` body: every choice's
-    content, refusal and tool calls (reasoning the upstream did not return is not counted)."""
-    enc = encoding_for(model)
+    content, refusal and tool calls (reasoning the upstream did not return is not counted).
+    Bounded like ``count_prompt_tokens``."""
+    c = _Counter(encoding_for(model))
     total = 0
     for choice in completion.get("choices") or ():
         if not isinstance(choice, dict):
             continue
         if isinstance(choice.get("text"), str):
-            total += _count(enc, choice["text"])
+            total += c.count(choice["text"])
         msg = choice.get("message")
         if isinstance(msg, dict):
             for key in ("content", "refusal", "reasoning_content"):
-                total += _content_tokens(msg.get(key), enc)
+                total += _content_tokens(msg.get(key), c)
             for call in msg.get("tool_calls") or ():
                 fn = call.get("function") if isinstance(call, dict) else None
                 if isinstance(fn, dict):
-                    total += _count(enc, str(fn.get("name") or ""))
-                    total += _count(enc, str(fn.get("arguments") or ""))
+                    total += c.count(str(fn.get("name") or ""))
+                    total += c.count(str(fn.get("arguments") or ""))
     return total
