@@ -547,3 +547,46 @@ def test_parsed_policy_repr_hides_provider_keys_and_headers() -> None:
         shown = repr(obj) + str(obj)
         assert CANARY not in shown and "hdr-canary" not in shown  # ...but never shown
     assert "base_url='http://127.0.0.1:9/v1'" in repr(policy.providers["p"])  # the rest still is
+
+
+# ----------------------------------------------------------------------------- one pass
+MIXED = (
+    BASE.replace("    api_key: sk-test\n", "    api_key: ${SY_TEST_UNSET_KEY}\n", 1)
+    .replace(
+        "  m2:\n    provider: p\n    price: {input: 1, output: 2}",
+        "  m2:\n    provider: p\n    price: {input: x, output: 2}",
+    )
+    .replace(
+        "  chat:\n    targets: [m1, m2]", "  chat:\n    targets: [m1, gpt-4x]\n  other:\n    targets: [m2]"
+    )
+    + "cache: {backend: redis}\nbogus: 1\n"
+)
+
+
+def test_every_kind_of_problem_is_reported_in_one_pass() -> None:
+    """A missing variable, schema errors and dangling references in one file: all of them, each
+    with its path; a reference to an entry that is itself broken (routes.other -> m2) is not
+    reported twice."""
+    problems = problems_of(MIXED)
+    assert ("providers.p.api_key", "environment variable SY_TEST_UNSET_KEY is not set") in problems
+    assert ("bogus", "unknown field") in problems
+    assert any(path == "models.m2.price.input" for path, _ in problems)
+    assert ("routes.chat.targets[1].model", "unknown model 'gpt-4x'") in problems
+    assert ("cache.redis_url", "required when cache.backend is 'redis'") in problems
+    assert len(problems) == 5, problems
+
+
+def test_cli_policy_check_lists_every_problem_of_every_stage(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(MIXED)
+    proc = _cli("policy", "check", str(f))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert f"{f}: 5 problem(s)" in proc.stderr
+    for line in (
+        "providers.p.api_key: environment variable SY_TEST_UNSET_KEY is not set",
+        "bogus: unknown field",
+        "models.m2.price.input:",
+        "routes.chat.targets[1].model: unknown model 'gpt-4x'",
+        "cache.redis_url: required when cache.backend is 'redis'",
+    ):
+        assert line in proc.stderr, proc.stderr

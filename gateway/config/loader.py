@@ -123,24 +123,94 @@ def parse_policy(
     missing: list[tuple[str, str]] = []
     used: dict[str, list[tuple[str, str]]] = {}  # yaml path -> [(variable, value)] from env
     data = _substitute(raw, env, (), missing, used)
-    if missing:
-        raise PolicyError(source, missing)
-    try:
-        policy = Policy.model_validate(data)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors(include_url=False, include_input=False):
-            msg = err["msg"]
-            if err["type"] == "extra_forbidden":
-                msg = "unknown field"
-            problems.append((yaml_path(tuple(err["loc"])), msg))
-        raise PolicyError(source, _hide_env_values(problems, used)) from None
-    problems = policy.cross_reference_errors()
-    if not problems:  # prices need valid provider references
+    at_missing = {path for path, _ in missing}
+    policy, problems = _validate(data, at_missing)
+    problems = [*missing, *(p for p in problems if not _under(p[0], at_missing))]
+    if policy is not None and not problems:  # prices need valid provider references
         policy, problems = resolve_prices(policy, base_dir)
-    if problems:
+    if problems or policy is None:
         raise PolicyError(source, _hide_env_values(problems, used))
     return policy
+
+
+_MAX_SALVAGE = 20  # re-validations while pruning bad entries (each pass drops at least one)
+
+
+def _under(path: str, roots: set[str]) -> bool:
+    return any(path == r or path.startswith((r + ".", r + "[")) for r in roots)
+
+
+def _schema_problems(exc: ValidationError, skip: set[str]) -> list[tuple[str, str]]:
+    out = []
+    for err in exc.errors(include_url=False, include_input=False):
+        path = yaml_path(tuple(err["loc"]))
+        if _under(path, skip):
+            continue  # a missing variable already reported there
+        out.append((path, "unknown field" if err["type"] == "extra_forbidden" else err["msg"]))
+    return out
+
+
+def _validate(data: Any, missing: set[str]) -> tuple[Policy | None, list[tuple[str, str]]]:
+    """The policy and every problem in one pass: the schema's, then the cross references of
+    what is left once the bad entries are set aside (a route is still checked when one model
+    is malformed; a reference to a set-aside entry is not reported a second time)."""
+    try:
+        return _checked(Policy.model_validate(data), set())
+    except ValidationError as exc:
+        problems = _schema_problems(exc, missing)
+        first = exc
+    pruned, dropped = data, set()
+    err: ValidationError | None = first
+    for _ in range(_MAX_SALVAGE):
+        assert err is not None
+        pruned, removed = _prune(pruned, err)
+        if not removed:
+            break
+        dropped |= removed
+        try:
+            policy = Policy.model_validate(pruned)
+        except ValidationError as again:
+            err = again
+            continue
+        _, refs = _checked(policy, dropped)
+        return None, [*problems, *(p for p in refs if p not in problems)]
+    if not problems:  # only errors at missing variables: say so rather than nothing
+        problems = _schema_problems(first, set())
+    return None, problems
+
+
+def _checked(policy: Policy, dropped: set[str]) -> tuple[Policy, list[tuple[str, str]]]:
+    names = {d.rpartition(".")[2] for d in dropped}
+    refs = [
+        (path, msg)
+        for path, msg in policy.cross_reference_errors()
+        if not any(f"'{n}'" in msg for n in names)
+    ]
+    return policy, refs
+
+
+_SECTIONS = ("providers", "models", "routes", "tenants", "aliases")  # named entries
+
+
+def _prune(data: Any, exc: ValidationError) -> tuple[Any, set[str]]:
+    """``data`` without the entries the errors point into: a named entry of a section
+    (``models.foo``), or a whole top-level key (which then takes its default)."""
+    if not isinstance(data, dict):
+        return data, set()
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    removed: set[str] = set()
+    for err in exc.errors(include_url=False, include_input=False):
+        loc = tuple(err["loc"])
+        if not loc or not isinstance(loc[0], str):
+            continue
+        top = loc[0]
+        if top in _SECTIONS and len(loc) > 1 and isinstance(out.get(top), dict) and loc[1] in out[top]:
+            del out[top][loc[1]]
+            removed.add(f"{top}.{loc[1]}")
+        elif top in out:
+            del out[top]
+            removed.add(top)
+    return out, removed
 
 
 def load_policy(path: Path, env: Mapping[str, str] | None = None) -> Policy:
