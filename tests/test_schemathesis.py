@@ -6,6 +6,7 @@ whole file runs in well under two minutes."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,19 +23,34 @@ from tests.gateway_harness import RunningGateway, mock_policy, start_gateway
 EXAMPLES = 30
 # Routes the generated `model` field can reach: the fuzzer picks strings, so most requests are
 # 404s; a share of them is steered to real routes/models so the upstream path is fuzzed too.
-REAL_MODELS = {"chat": "auto", "completions": "legacy", "embeddings": "embed", "responses": "auto"}
+REAL_MODELS = {
+    "chat": "auto",
+    "completions": "legacy",
+    "embeddings": "embed",
+    "responses": "auto",
+    "messages": "anthropic-first",  # passed through to the Anthropic mock
+    "count_tokens": "anthropic-first",
+}
+UPSTREAM_REFUSAL = re.compile(r"upstream '[^']+' rejected the request")
 
 
 @pytest.fixture(scope="module")
-def fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+def fuzz_mock() -> Iterator[MockUpstream]:
     with MockUpstream(ttft_ms=0, itl_ms=0, tokens=4) as mock:
-        extra = "server:\n  max_body_bytes: 1048576\n"
-        policy = mock_policy(mock.base_url, extra).replace("rpm: 5", "rpm: 100000")
-        gw = start_gateway(tmp_path_factory.mktemp("fuzz"), policy)
-        try:
-            yield gw
-        finally:
-            gw.stop()
+        yield mock
+
+
+@pytest.fixture(scope="module")
+def fuzz_gateway(
+    tmp_path_factory: pytest.TempPathFactory, fuzz_mock: MockUpstream
+) -> Iterator[RunningGateway]:
+    extra = "server:\n  max_body_bytes: 1048576\n"
+    policy = mock_policy(fuzz_mock.base_url, extra).replace("rpm: 5", "rpm: 100000")
+    gw = start_gateway(tmp_path_factory.mktemp("fuzz"), policy)
+    try:
+        yield gw
+    finally:
+        gw.stop()
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +71,23 @@ def strict_number_refusal(value: Any) -> bool:
     return False
 
 
-def assert_acceptable_refusal(body: Any, error: dict[str, Any]) -> None:
+def refusal_code(payload: dict[str, Any]) -> str | None:
+    """The error code of a refusal in its protocol's shape: OpenAI's ``error.code``; Anthropic's
+    shape (``{"type": "error", "error": {"type", "message"}}``) has no code, so an upstream's
+    refusal is told by the gateway's message, anything else by the error type."""
+    error = payload["error"]
+    if payload.get("type") == "error":
+        assert set(error) == {"type", "message"}, payload
+        return "upstream_rejected" if UPSTREAM_REFUSAL.match(error["message"]) else str(error["type"])
+    return error["code"]
+
+
+def assert_acceptable_refusal(body: Any, payload: dict[str, Any]) -> None:
     """Schema-valid bodies the gateway may still refuse with 400: JSON Schema's "integer"
     admits 5.0, which the gateway (like OpenAI) refuses for integer fields, and integers of any
     size, while JSON numbers past 64 bits are refused; and the upstream's own refusals (passed
     through as upstream_rejected)."""
-    assert strict_number_refusal(body) or error["code"] == "upstream_rejected", (error, body)
+    assert strict_number_refusal(body) or refusal_code(payload) == "upstream_rejected", (payload, body)
 
 
 def v1_operations(api: Any) -> list[Any]:
@@ -80,9 +107,20 @@ def test_every_v1_operation_documents_its_body(api: Any) -> None:
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 @pytest.mark.parametrize(
-    "path", ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/responses"]
+    "path",
+    [
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/models",
+        "/v1/responses",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+    ],
 )
-def test_fuzz(api: Any, fuzz_gateway: RunningGateway, path: str, mode: GenerationMode) -> None:
+def test_fuzz(
+    api: Any, fuzz_gateway: RunningGateway, fuzz_mock: MockUpstream, path: str, mode: GenerationMode
+) -> None:
     ops = [op for op in v1_operations(api) if op.path == path]
     assert ops, path
     op = ops[0]
@@ -113,13 +151,20 @@ def test_fuzz(api: Any, fuzz_gateway: RunningGateway, path: str, mode: Generatio
         assert "Traceback" not in response.text
         assert status < 500, f"{status}: {response.text[:500]}"  # the mock upstream is healthy
         if mode is GenerationMode.POSITIVE and status == 400:
-            assert_acceptable_refusal(case.body, response.json()["error"])
+            assert_acceptable_refusal(case.body, response.json())
         # schema conformance of status, content type, headers and body (JSON and SSE); the two
         # checks replaced by the assertions above are excluded
         case.validate_response(
             response, headers=headers, excluded_checks=[positive_data_acceptance, not_a_server_error]
         )
 
-    run()
+    if path == "/v1/messages" and mode is GenerationMode.POSITIVE:
+        # a few upstream refusals, passed through in Anthropic's shape (no code): the refusal
+        # check must read that shape too
+        fuzz_mock.add_fault(kind="status", status=400, model="claude-mock", times=3)
+    try:
+        run()
+    finally:
+        fuzz_mock.clear_faults()
     print(path, mode.value, dict(sorted(seen.items())))
     assert sum(seen.values()) >= 1
