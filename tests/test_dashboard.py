@@ -143,3 +143,27 @@ def test_dashboard_renders_charts_in_headless_chromium(
     # bars were drawn with a size, not just placed in the DOM
     assert all(w > 0 for chart in charts.values() for _, _, w, _ in chart)
     assert shot.stat().st_size > 10_000
+
+
+def test_admin_spend_by_conversation_with_a_limit(gateway: RunningGateway) -> None:
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    for user in ("u-one", "u-two", "u-two"):
+        body = {
+            "model": "claude",
+            "max_tokens": 16,
+            "system": SYSTEM,
+            "metadata": {"user_id": user},
+            "messages": [{"role": "user", "content": f"hello from {user}"}],
+        }
+        r = gateway.post("/v1/messages", body, headers={"anthropic-version": "2023-06-01"})
+        assert r.status_code == 200, r.text
+    gateway.ledger_rows()  # flushed
+    both = gateway.get("/admin/spend?group_by=conversation&bucket=none", headers=admin)
+    assert both.status_code == 200, both.text
+    assert sorted(r["requests"] for r in both.json()["spend"]) == [1, 2]
+    one = gateway.get("/admin/spend?group_by=conversation&bucket=none&limit=1", headers=admin).json()
+    (top,) = one["spend"]
+    assert top["group"] in {r["group"] for r in both.json()["spend"]} and len(top["group"]) == 16
+    for bad in ("0", "abc", "100000"):
+        r = gateway.get(f"/admin/spend?group_by=conversation&limit={bad}", headers=admin)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "limit", r.text
