@@ -149,7 +149,7 @@ def test_cross_task_report_never_scores_a_prompt_it_fitted(monkeypatch: pytest.M
     assert pairs and all(p.strong_acc - p.weak_acc >= 0.10 for p in pairs)
     rows = pair_rows(table, feats, {"irt": loso}, pairs[0], {})
     names = [r["router"] for r in rows]
-    assert names == ["irt", "random", "prompt-length", "oracle", "ceiling"]
+    assert names == ["irt", "random", "prompt-length", "oracle", "ceiling", "ceiling+len"]
     oracle = rows[3]
     assert oracle["apgr"] >= max(r["apgr"] for r in rows)
     assert 0.3 < rows[1]["apgr"] < 0.7  # random
@@ -521,7 +521,7 @@ def test_lenfit_learns_the_length_weight_without_the_scored_source() -> None:
     data = ev.Data(table, emb, feats, feats, dd, choose_pairs(table, dd), 0)
     train = np.array(source) != "s0"
     fits: ev.Fits = {}
-    w = ev._length_weight("ridge", data, train, fits)
+    w = ev.learn_length_weight("ridge", data, train, fits)
     assert w >= 1.0  # the grid's high end: length is what predicts the weak model's failures
     fitted_on = [np.unpackbits(np.frombuffer(key, np.uint8))[:n].astype(bool) for _, key in fits]
     assert len(fitted_on) == 2 and not any((m & ~train).any() for m in fitted_on)  # never s0's prompts
@@ -536,3 +536,71 @@ def test_lenfit_learns_the_length_weight_without_the_scored_source() -> None:
 def test_eval_multi_refuses_an_unknown_family(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["eval", "router", "--multi", str(DATA / "routing-multi"), "--families", "irt,nope+len"])
     assert rc == 2 and "unknown family 'nope+len'" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- the prompt-difficulty score
+def test_shipped_prompt_difficulty_is_small_reproducible_and_scores_in_order() -> None:
+    from gateway.routing.prompt_difficulty import SHIPPED_PROMPT_DIFFICULTY, PromptDifficulty
+
+    doc = json.loads(SHIPPED_PROMPT_DIFFICULTY.read_text())
+    assert SHIPPED_PROMPT_DIFFICULTY.stat().st_size < 50_000
+    assert doc["training"]["command"].startswith("switchyard train router --prompt-difficulty --data ")
+    pd = PromptDifficulty.load()
+    pd.check_embedder("minilm-l6-onnx-int8", 384)
+    with pytest.raises(ClassifierError):
+        pd.check_embedder("other", 384)
+    v = np.zeros((2, 384), dtype=np.float32)
+    s = pd.scores(v, ["hi", "Given the integral of x^2 sin(x) dx from 0 to pi, " * 6])
+    assert s.shape == (2,) and 0 < s[0] < s[1] < 1  # same embedding: the long one needs more
+    with pytest.raises(ClassifierError, match="shape"):
+        pd.scores(v, ["one"])
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"format": "x/1"}, "not a switchyard-prompt-difficulty/1"),
+        ({"features": ["log_chars"]}, "other text features"),
+        ({"w_emb": [0.0] * 3}, "shapes"),
+        ({"d_std": 0.0}, "positive"),
+        ({"length_weight": None}, "malformed"),
+    ],
+)
+def test_bad_prompt_difficulty_files_are_refused(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    from gateway.routing.prompt_difficulty import SHIPPED_PROMPT_DIFFICULTY, PromptDifficulty
+
+    doc = json.loads(SHIPPED_PROMPT_DIFFICULTY.read_text()) | change
+    with pytest.raises(ClassifierError, match=message):
+        PromptDifficulty.load(write(tmp_path, doc))
+
+
+def test_router_score_with_the_difficulty_scorer(tmp_path: Path, embedder: Any) -> None:
+    from gateway.routing.prompt_difficulty import PromptDifficulty
+
+    src = tmp_path / "in.jsonl"
+    prompts = ["What is 2 + 2?", "Hi", "Which is larger?\nA. 3\nB. 4\nC. 5\nD. 6"]
+    src.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    out = tmp_path / "out.jsonl"
+    args = [
+        "router",
+        "score",
+        "--input",
+        str(src),
+        "--output",
+        str(out),
+        "--embedder",
+        "torch",
+        "--workers",
+        "1",
+    ]
+    assert main([*args, "--scorer", "difficulty"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 3 and all(set(r) == {"score"} for r in rows)
+    expect = PromptDifficulty.load().scores(embedder.encode(prompts), prompts)
+    assert [r["score"] for r in rows] == pytest.approx(expect.tolist(), abs=1e-5)
+    assert main(args) == 0  # the default stays v1's classifier: other scores
+    assert [json.loads(line)["score"] for line in out.read_text().splitlines()] != pytest.approx(
+        expect.tolist()
+    )

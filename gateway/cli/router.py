@@ -54,10 +54,16 @@ def _workers(arg: int | None) -> int:
 def cmd_score(args: argparse.Namespace) -> int:
     from gateway.lab.batch_embed import encode_all, load_embedders
     from gateway.routing.classifier import ClassifierError, ComplexityClassifier
+    from gateway.routing.prompt_difficulty import PromptDifficulty
 
     try:
         rows = read_jsonl(Path(args.input), ("prompt",))
-        clf = ComplexityClassifier.load(Path(args.weights) if args.weights else None)
+        weights = Path(args.weights) if args.weights else None
+        clf: ComplexityClassifier | PromptDifficulty = (
+            PromptDifficulty.load(weights)
+            if args.scorer == "difficulty"
+            else ComplexityClassifier.load(weights)
+        )
     except (OSError, ValueError) as exc:
         return _fail(str(exc))
     t0 = time.perf_counter()
@@ -69,7 +75,10 @@ def cmd_score(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     texts = [r["prompt"] for r in rows]
     vecs = encode_all(texts, embedders) if texts else None
-    scores: list[float] = clf.score_batch(vecs, texts).tolist() if vecs is not None else []
+    scores: list[float] = []
+    if vecs is not None:
+        batch = clf.scores(vecs, texts) if isinstance(clf, PromptDifficulty) else clf.score_batch(vecs, texts)
+        scores = batch.tolist()
     success: list[dict[str, float]] = [{} for _ in scores]
     if args.models and vecs is not None:
         from gateway.cli.router_irt import model_success
@@ -119,9 +128,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(str(exc))
     embedders = load_embedders(_workers(args.workers), args.embedder)
-    if args.irt:
+    if args.irt or args.prompt_difficulty:
         from gateway.cli import router_irt
 
+        if args.prompt_difficulty:
+            return router_irt.train_prompt(args, files, embedders)
         return router_irt.train(args, files, embedders)
     if args.cross_task:
         return _cross_task(args, files, embedders)
@@ -325,6 +336,10 @@ def register(sub: Any) -> None:
         "--irt", action="store_true",
         help="train the difficulty model (IRT over every model in the files) and write its weights",
     )  # fmt: skip
+    tr.add_argument(
+        "--prompt-difficulty", action="store_true",
+        help="train the pair-agnostic score of `router score --scorer difficulty` and write its weights",
+    )  # fmt: skip
     _common(tr)
     tr.set_defaults(func=cmd_train)
     train.set_defaults(func=lambda _a: (train.print_help(), 2)[1])
@@ -334,7 +349,11 @@ def register(sub: Any) -> None:
     sc = rsub.add_parser("score", help='score prompts: one {"score": float} per input row, in order')
     sc.add_argument("--input", required=True, help='JSONL with a "prompt" per row')
     sc.add_argument("--output", required=True, help="JSONL to write")
-    sc.add_argument("--weights", default=None, help="router weights (default: the shipped ones)")
+    sc.add_argument(
+        "--scorer", default="classifier", choices=["classifier", "difficulty"],
+        help="classifier: v1's tiered classifier (default); difficulty: the cross-task difficulty score",
+    )  # fmt: skip
+    sc.add_argument("--weights", default=None, help="the scorer's weights (default: the shipped ones)")
     sc.add_argument(
         "--models", default=None,
         help='also write per-model predicted success ("success": {model: p}) from the difficulty model',

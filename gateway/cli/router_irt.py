@@ -1,6 +1,7 @@
 """The difficulty model's commands (called from gateway.cli.router):
 
 switchyard train router --irt --data DIR_OR_FILES... [--out PATH]
+switchyard train router --prompt-difficulty --data DIR_OR_FILES... [--out PATH]
 switchyard eval router --multi DIR_OR_FILES... [--families irt,mirt,...] [--json]
 switchyard router score --input P.jsonl --output S.jsonl --models a,b   (per-model success)
 """
@@ -33,6 +34,31 @@ def train(args: argparse.Namespace, files: list[Path], embedders: list[Any]) -> 
             lambda texts: cached_encode(texts, embedders, Path(args.cache) if args.cache else None),
             embedder_name=embedders[0].name,
             seed=args.seed,
+            command=command,
+            log=lambda m: print(m, file=sys.stderr),
+        )
+    except ValueError as exc:
+        return _fail(str(exc))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def train_prompt(args: argparse.Namespace, files: list[Path], embedders: list[Any]) -> int:
+    """`switchyard train router --prompt-difficulty`: the ``router score --scorer difficulty`` weights."""
+    from gateway.lab.batch_embed import cached_encode
+    from gateway.lab.prompt_difficulty_train import train_prompt_difficulty
+
+    command = "switchyard train router --prompt-difficulty " + " ".join(
+        [*(f"--data {d}" for d in args.data), f"--out {args.out}"]
+    )
+    try:
+        doc = train_prompt_difficulty(
+            files,
+            lambda texts: cached_encode(texts, embedders, Path(args.cache) if args.cache else None),
+            embedder_name=embedders[0].name,
             command=command,
             log=lambda m: print(m, file=sys.stderr),
         )
@@ -85,7 +111,10 @@ def evaluate_multi(args: argparse.Namespace, files: list[Path], embedders: list[
         return 0
     for split, rows in rep.items():
         print(f"### {split}\n\n{summary_table(rows)}\n")
-        print(pair_table(rows, (*families, "prompt-length", "random", "oracle", "ceiling")) + "\n")
+        print(
+            pair_table(rows, (*families, "prompt-length", "random", "oracle", "ceiling", "ceiling+len"))
+            + "\n"
+        )
     return 0
 
 

@@ -12,7 +12,9 @@ Every router is shown beside random (mean of 10 seeds), prompt length and the or
 where the source has other models, the ``ceiling`` of any pair-agnostic difficulty score: the
 prompt scored by minus the mean outcome of the source's other models on it (their measured
 difficulty, labels a router never has). Where that ceiling is low, the pair's outcome is not a
-function of how hard the prompt is, and no difficulty model can route it well."""
+function of how hard the prompt is, and no difficulty model can route it well. ``ceiling+len``
+adds prompt length at the weight best for that pair in hindsight (an upper bound of any
+difficulty-plus-length blend)."""
 
 from __future__ import annotations
 
@@ -125,7 +127,7 @@ def _standardised(base: str, data: Data, train: np.ndarray, test: np.ndarray, fi
     return (d_test - d_train.mean()) / (d_train.std() or 1.0), np.asarray(z_len)
 
 
-def _length_weight(base: str, data: Data, train: np.ndarray, fits: Fits) -> float:
+def learn_length_weight(base: str, data: Data, train: np.ndarray, fits: Fits) -> float:
     """'+lenfit': the weight of the length prior that maximises the mean APGR, over the pairs
     of the training sources, of scores from fits that leave that source out too (so the
     weight never sees the prompts it will score)."""
@@ -157,9 +159,9 @@ def _scores(fam: str, data: Data, train: np.ndarray, test: np.ndarray, fits: Fit
     if not plus:
         return _difficulty(_fit(base, data, train, fits), data, test)
     # "<family>+len": the difficulty plus a prompt-length prior, both in training sds;
-    # "+lenfit": with the prior's weight learnt on the training sources (see _length_weight)
+    # "+lenfit": with the prior's weight learnt on the training sources (see learn_length_weight)
     d, z_len = _standardised(base, data, train, test, fits)
-    w = _length_weight(base, data, train, fits) if plus == "lenfit" else LENGTH_PRIOR
+    w = learn_length_weight(base, data, train, fits) if plus == "lenfit" else LENGTH_PRIOR
     return np.asarray(d + w * z_len)
 
 
@@ -210,6 +212,20 @@ def _costs(table: Table, pair: Pair, rows: np.ndarray, prices: dict[str, Any]) -
     return one(pair.weak, DEFAULT_PRICES[0]), one(pair.strong, DEFAULT_PRICES[1])
 
 
+def _with_best_length(score: F64, log_chars: F64, weak: F64, strong: F64) -> F64:
+    """``ceiling+len``: the score plus the length prior at the weight (-2..2 sds) that is best on
+    this very pair, in hindsight: what difficulty and length together could reach at most."""
+
+    def z(v: F64) -> F64:
+        return np.asarray((v - v.mean()) / (v.std() or 1.0))
+
+    best = max(
+        np.linspace(-2.0, 2.0, 17),
+        key=lambda w: router_metrics(z(score) + w * z(log_chars), weak, strong).apgr,
+    )
+    return np.asarray(z(score) + best * z(log_chars))
+
+
 def pair_rows(
     table: Table, feats: F64, scores: dict[str, F64], pair: Pair, prices: dict[str, Any]
 ) -> list[dict[str, Any]]:
@@ -230,8 +246,10 @@ def pair_rows(
         if name.startswith(f"{pair.source}/") and j not in (pair.weak, pair.strong)
         and np.isfinite(y[rows, j]).mean() >= 0.5
     ]  # fmt: skip
-    if others:  # not a router: the in-source mean outcome of the other models (see ceiling_note)
-        routers.append(("ceiling", -np.nan_to_num(np.nanmean(y[np.ix_(rows, others)], axis=1), nan=0.5)))
+    if others:  # not routers: the in-source mean outcome of the other models (see the docstring)
+        ceiling = -np.nan_to_num(np.nanmean(y[np.ix_(rows, others)], axis=1), nan=0.5)
+        routers.append(("ceiling", ceiling))
+        routers.append(("ceiling+len", _with_best_length(ceiling, feats[rows, LOG_CHARS], weak, strong)))
     routers += [(f"random#{i}", rng.random(int(rows.sum()))) for i in range(10)]
     out: list[dict[str, Any]] = []
     for name, s in routers:
