@@ -1,4 +1,5 @@
-"""Agent-traffic benchmark: the Anthropic Messages surface beside chat, in the same run.
+"""Agent-traffic benchmark: the Anthropic Messages and OpenAI Responses surfaces beside chat,
+in the same run.
 
     python -m load_tests.agent_bench [--quick] [--out DIR]
 
@@ -42,15 +43,24 @@ providers:
     type: anthropic
     base_url: http://127.0.0.1:{mock_port}
     api_key: mock-key
+  mock-oai:
+    type: openai
+    base_url: http://127.0.0.1:{mock_port}/v1
+    api_key: mock-key
+    responses: true
 models:
   mock-small: {{provider: mock, upstream: mock-small, price: {{input: 0.15, output: 0.60}}}}
   claude: {{provider: mock-anthropic, upstream: claude-mock, price: {{input: 3, output: 15}}}}
+  gpt: {{provider: mock-oai, upstream: mock-gpt, price: {{input: 1.25, output: 10}}}}
 routes:
   bench:
     targets: [mock-small]
     cache: {{mode: "off"}}
   agent:
     targets: [claude]
+    cache: {{mode: "off"}}
+  native:
+    targets: [gpt]
     cache: {{mode: "off"}}
 """
 
@@ -61,21 +71,27 @@ class Case:
     path: str
     direct_model: str
     gateway_model: str
-    anthropic: bool
+    protocol: str  # "chat" | "messages" | "responses"
 
 
 CASES = (
-    Case("chat", "/v1/chat/completions", "mock-small", "bench", False),
-    Case("messages_passthrough", "/v1/messages", "claude-mock", "agent", True),
-    Case("messages_to_chat", "/v1/messages", "", "mock-small", True),  # no direct twin: vs chat's
+    Case("chat", "/v1/chat/completions", "mock-small", "bench", "chat"),
+    Case("messages_passthrough", "/v1/messages", "claude-mock", "agent", "messages"),
+    Case("messages_to_chat", "/v1/messages", "", "mock-small", "messages"),  # no direct twin: vs chat's
+    Case("responses_passthrough", "/v1/responses", "mock-gpt", "native", "responses"),
+    Case("responses_to_chat", "/v1/responses", "", "bench", "responses"),  # vs chat's direct figures
 )
 
 
-def body(model: str, anthropic: bool, stream: bool, tag: str) -> BodyFactory:
+def body(model: str, protocol: str, stream: bool, tag: str) -> BodyFactory:
     def make(i: int) -> bytes:
-        msg = {"role": "user", "content": f"request {tag} {i} lorem ipsum dolor"}
-        out: dict[str, Any] = {"model": model, "messages": [msg]}
-        if anthropic:
+        text = f"request {tag} {i} lorem ipsum dolor"
+        out: dict[str, Any] = {"model": model}
+        if protocol == "responses":
+            out["input"] = text
+        else:
+            out["messages"] = [{"role": "user", "content": text}]
+        if protocol == "messages":
             out["max_tokens"] = 16
         if stream:
             out["stream"] = True
@@ -89,13 +105,13 @@ async def measure(url: str, case: Case, model: str, headers: dict[str, str], qui
     out: dict[str, Any] = {}
     for stream, key in ((False, "latency"), (True, "ttft")):
         tag = f"{case.name}-{key}-{secrets.token_hex(3)}"
-        spec = LoadSpec(url=url + case.path, body=body(model, case.anthropic, stream, tag), headers=headers,
+        spec = LoadSpec(url=url + case.path, body=body(model, case.protocol, stream, tag), headers=headers,
                         stream=stream, duration_s=open_s, timeout_s=10.0, drain_s=5.0)  # fmt: skip
         report = (await run_open_loop(spec, 100.0)).to_dict()
         out[key + "_p50_ms"] = report["ttft_ms" if stream else "latency_ms"]["p50"]
         out[key + "_errors"] = sum(report["errors"].values())
     tag = f"{case.name}-closed-{secrets.token_hex(3)}"
-    spec = LoadSpec(url=url + case.path, body=body(model, case.anthropic, False, tag), headers=headers,
+    spec = LoadSpec(url=url + case.path, body=body(model, case.protocol, False, tag), headers=headers,
                     duration_s=closed_s, timeout_s=10.0, drain_s=5.0)  # fmt: skip
     report = (await run_closed_loop(spec, 32)).to_dict()
     out["rps"], out["closed_errors"] = report["achieved_rps"], sum(report["errors"].values())
@@ -129,11 +145,11 @@ def _sub(a: float | None, b: float | None) -> float | None:
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [
-        "# Agent traffic: Messages beside chat (same run)",
+        "# Agent traffic: Messages and Responses beside chat (same run)",
         "",
         f"- {report['timestamp']}; quick: {report['quick']}; pinning: {report['machine'].get('pinning')}",
-        "- open loop 100 req/s (p50), closed loop 32 clients (req/s); `messages_to_chat` is compared",
-        "  with the direct chat figures (the mock has no Messages twin for a chat model)",
+        "- open loop 100 req/s (p50), closed loop 32 clients (req/s); `messages_to_chat` and",
+        "  `responses_to_chat` are compared with the direct chat figures (their upstream work is chat)",
         "",
         "| case | added p50 | added TTFT p50 | gateway req/s | direct req/s | ratio | errors |",
         "|---|---|---|---|---|---|---|",

@@ -19,7 +19,9 @@ from urllib.parse import urlsplit
 import httptools
 
 # A non-empty OpenAI ``delta.content``/``text`` or Anthropic ``text_delta``/``partial_json``.
-CONTENT_RE = re.compile(rb'"(?:content|text|partial_json|arguments)"\s*:\s*"[^"]')
+# the first generated text of a stream: chat's content, Anthropic's text/partial_json, a tool's
+# arguments, a Responses event's delta (chat's and Anthropic's deltas are objects: no match)
+CONTENT_RE = re.compile(rb'"(?:content|text|partial_json|arguments|delta)"\s*:\s*"[^"]')
 
 
 class ConnectionClosedError(ConnectionError):

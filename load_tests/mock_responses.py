@@ -20,7 +20,15 @@ from typing import Any
 
 import orjson
 
-from load_tests.mock_reply import Reply, count_words, generate, json_reply, openai_error, part_text, split_fixed
+from load_tests.mock_reply import (
+    Reply,
+    count_words,
+    generate,
+    json_reply,
+    openai_error,
+    part_text,
+    split_fixed,
+)
 
 REASONING_TOKENS = 8
 ARG_PIECE_CHARS = 8
@@ -86,7 +94,9 @@ class _Answer:
         key = body.get("prompt_cache_key")
         seen = isinstance(key, str) and cache_lookup("responses:" + key)
         self.cached = prompt - words[-1] if seen else 0
-        effort = (body.get("reasoning") or {}).get("effort") if isinstance(body.get("reasoning"), dict) else None
+        effort = (
+            (body.get("reasoning") or {}).get("effort") if isinstance(body.get("reasoning"), dict) else None
+        )
         self.reasoning = effort not in (None, "none")
         self.encrypted = self.reasoning and ENCRYPTED in (body.get("include") or [])
         self.tool = _tool(body, items)
@@ -136,14 +146,18 @@ class _Answer:
 
     def output(self) -> list[dict[str, Any]]:
         out = [self.reasoning_item()] if self.reasoning else []
-        out.append(self.call(self.args, "completed") if self.tool else self.message(self.gen.text, "completed"))
+        out.append(
+            self.call(self.args, "completed") if self.tool else self.message(self.gen.text, "completed")
+        )
         return out
 
     def response(self, status: str, output: list[dict[str, Any]], done: bool) -> dict[str, Any]:
         body = self.body
         reasoning = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
         text = body.get("text") if isinstance(body.get("text"), dict) else {}
-        usage = _usage(self.prompt, self.cached, self.output_tokens, REASONING_TOKENS if self.reasoning else 0)
+        usage = _usage(
+            self.prompt, self.cached, self.output_tokens, REASONING_TOKENS if self.reasoning else 0
+        )
         return {
             "id": self.rid,
             "object": "response",
@@ -193,7 +207,9 @@ def responses(body: dict[str, Any], tokens: int, rid: int, cache_lookup: Callabl
         return openai_error(400, "Missing required parameter: 'model'.", param="model")
     if body.get("previous_response_id") is not None:
         return openai_error(
-            404, f"Previous response with id '{body['previous_response_id']}' not found.", param="previous_response_id"
+            404,
+            f"Previous response with id '{body['previous_response_id']}' not found.",
+            param="previous_response_id",
         )
     if not _items(body):
         return openai_error(400, "Missing required parameter: 'input'.", param="input")
@@ -219,7 +235,11 @@ def _stream(a: _Answer) -> Reply:
         out.add("response.output_item.added", output_index=index, item=a.call("", "in_progress"))
         for k, piece in enumerate(split_fixed(a.args, ARG_PIECE_CHARS)):
             out.add(
-                "response.function_call_arguments.delta", k > 0, item_id=item_id, output_index=index, delta=piece
+                "response.function_call_arguments.delta",
+                k > 0,
+                item_id=item_id,
+                output_index=index,
+                delta=piece,
             )
         out.add(
             "response.function_call_arguments.done", item_id=item_id, output_index=index, arguments=a.args
