@@ -382,14 +382,16 @@ def test_policy_error_render_lists_every_problem() -> None:
 
 
 # ----------------------------------------------------------------------------- CLI
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     run_env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "SY_"))}
     run_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "gateway.cli", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         cwd=REPO,
         env=run_env,
     )
@@ -590,3 +592,43 @@ def test_cli_policy_check_lists_every_problem_of_every_stage(tmp_path: Path) -> 
         "cache.redis_url: required when cache.backend is 'redis'",
     ):
         assert line in proc.stderr, proc.stderr
+
+
+# ----------------------------------------------------------------------------- simulate, no keys
+DEFAULT = str(REPO / "policies" / "default.yaml")
+HARD = {"messages": [{"role": "user", "content": "Prove there are infinitely many primes 4k+3."}]}
+
+
+def test_cli_simulate_needs_no_provider_key_and_shows_the_classifier_decision() -> None:
+    # the first embedding may make the session's one-time ONNX export (tests/conftest.py)
+    proc = _cli(
+        "policy", "simulate", DEFAULT, "--model", "auto", "--json", "--body", json.dumps(HARD), timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["simulated_keys_for"] == ["anthropic", "openai"]
+    assert "no API key for anthropic, openai" in proc.stderr
+    assert [t["model"] for t in out["targets"]][:2] == ["gpt-5-mini", "claude-haiku-4-5"]
+    clf = out["classifier"]
+    assert 0.0 <= clf["score"] <= 1.0 and clf["chosen_tier"] in ("strong", "cheap")
+    expected = clf["strong"] if clf["score"] >= clf["threshold"] else clf["cheap"]
+    assert clf["order"] == expected
+    proc = _cli(
+        "policy", "simulate", DEFAULT, "--model", "auto-quality", "--json", "--body", json.dumps(HARD)
+    )
+    assert proc.returncode == 0, proc.stderr
+    clf = json.loads(proc.stdout)["classifier"]
+    assert {p["model"] for p in clf["predictions"]} == {
+        "gpt-5-nano", "gpt-5-mini", "claude-haiku-4-5", "gpt-5", "claude-sonnet-4-5",
+    }  # fmt: skip
+    assert clf["chosen"] == clf["order"][0]
+
+
+def test_cli_simulate_with_a_key_simulates_nothing() -> None:
+    proc = _cli(
+        "policy", "simulate", DEFAULT, "--model", "chat-cheap", "--json", env={"OPENAI_API_KEY": "sk-x"}
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["simulated_keys_for"] == [] and out["skipped_providers_without_key"] == ["anthropic"]
+    assert [t["model"] for t in out["targets"]] == ["gpt-5-nano", "gpt-5-mini"]

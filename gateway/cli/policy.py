@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config.loader import PolicyError, load_policy
-from gateway.core.errors import SwitchyardError
+from gateway.config.policy import Policy
+from gateway.core.errors import NotConfiguredError, SwitchyardError
 from gateway.core.types import Principal
 from gateway.routing.params import apply_params
-from gateway.routing.plan import QualityRoute
+from gateway.routing.plan import AutoRoute, QualityRoute
 from gateway.routing.router import Router
 
 
@@ -52,10 +53,15 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
 def cmd_policy_simulate(args: argparse.Namespace) -> int:
     """Show how a policy would route one request: targets in fallback order, what is skipped,
     the parameters the route applies, and its cache, retry and timeout settings."""
+    keyless: list[str] = []
     try:
         policy = load_policy(Path(args.file))
         principal = Principal(args.tenant, None, policy.allowed_models(args.tenant))
-        plan = Router(policy).plan(args.model, principal, args.kind)
+        try:
+            plan = Router(policy).plan(args.model, principal, args.kind)
+        except NotConfiguredError:  # no provider key here: route as if every provider had one
+            keyless = sorted(n for n, p in policy.providers.items() if not p.configured)
+            plan = Router(_with_keys(policy)).plan(args.model, principal, args.kind)
     except PolicyError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
@@ -80,6 +86,7 @@ def cmd_policy_simulate(args: argparse.Namespace) -> int:
             for t in plan.targets
         ],
         "skipped_providers_without_key": list(plan.unconfigured),
+        "simulated_keys_for": keyless,
         "baseline": plan.baseline.model if plan.baseline else None,
         "params_sent": {
             k: v for k, v in apply_params(body, route.params).items() if k not in ("model", "messages")
@@ -98,7 +105,11 @@ def cmd_policy_simulate(args: argparse.Namespace) -> int:
             "threshold": round(plan.auto.threshold, 6),
             "strong": [t.model for t in plan.auto.strong_first.targets],
             plan.auto.low_tier: [t.model for t in plan.auto.low_first.targets],
+            **_tier_decision(plan.auto, body, args.embedder),
         }
+    if keyless:
+        note = f"note: no API key for {', '.join(keyless)} here; simulated as if each had one"
+        print(note, file=sys.stderr)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -110,6 +121,29 @@ def cmd_policy_simulate(args: argparse.Namespace) -> int:
         else:
             print(f"{key}: {value}")
     return 0
+
+
+def _with_keys(policy: Policy) -> Policy:
+    """The policy with every keyless provider taken as configured (a simulation needs no key)."""
+    providers = {n: p.model_copy(update={"key_required": False}) for n, p in policy.providers.items()}
+    return policy.model_copy(update={"providers": providers})
+
+
+def _tier_decision(auto: AutoRoute, body: dict[str, Any], backend: str) -> dict[str, Any]:
+    """A tiered route with a user message in ``--body``: the classifier's score of it, the
+    tier it picks and the order it tries."""
+    from gateway.cache.semantic_key import last_user_text
+
+    text = last_user_text(body)
+    if not text:
+        return {"note": "give --body with a user message to see the classifier's score and choice"}
+    from gateway.cache.embedder import load_embedder
+
+    emb = load_embedder(backend)
+    auto.classifier.check_embedder(getattr(emb, "space", emb.name), emb.dim)
+    score = auto.classifier.score(emb.encode([text])[0], text)
+    chosen, tier = auto.decide(score)
+    return {"score": round(score, 6), "chosen_tier": tier, "order": [t.model for t in chosen.targets]}
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
