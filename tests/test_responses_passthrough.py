@@ -245,3 +245,25 @@ def test_which_providers_speak_responses() -> None:
         {"providers": {"a": {"type": "anthropic", "base_url": "https://x", "responses": True}}}
     )
     assert any(path == "providers.a.responses" for path, _ in bad.cross_reference_errors())
+
+
+async def test_an_agents_sdk_turn_with_a_tool_passes_through(gw: RunningGateway, mock: MockUpstream) -> None:
+    agents = pytest.importorskip("agents")
+    agents.set_tracing_disabled(True)
+    aclient = openai.AsyncOpenAI(base_url=gw.base_url, api_key=gw.key(), max_retries=0)
+    calls: list[str] = []
+
+    @agents.function_tool
+    def get_weather(q: str) -> str:  # the mock calls a tool with {"q": <the user's text>}
+        """The weather for a question."""
+        calls.append(q)
+        return "sunny, 21C"
+
+    model = agents.OpenAIResponsesModel(model="native", openai_client=aclient)
+    helper = agents.Agent(name="weather", instructions="Use tools.", model=model, tools=[get_weather])
+    result = await agents.Runner.run(helper, "weather in Paris?")
+    await aclient.close()
+    assert calls == ["weather in Paris?"] and result.final_output
+    bodies = sent(mock)
+    assert len(bodies) == 2 and bodies[1]["input"][-1]["type"] == "function_call_output"
+    assert [(r["provider"], r["status"]) for r in rows(gw)] == [("mock-oai", "ok")] * 2
