@@ -210,8 +210,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from gateway.lab.batch_embed import load_embedders as _load
 
         try:
+            router_irt.check_families(args.families)  # the arguments first: no data needed
             files = _data_files(args.multi)
-            router_irt.check_families(args.families)
         except ValueError as exc:
             return _fail(str(exc))
         return router_irt.evaluate_multi(args, files, _load(_workers(args.workers), args.embedder))
