@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -107,13 +110,34 @@ def test_keys_without_subcommand_is_usage_error(home: Path, capsys: pytest.Captu
 
 
 def test_spend_on_missing_ledger(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run("spend", "--by", "model", "--since", "24h") == 0
-    out = capsys.readouterr().out
-    assert "TOTAL" in out
-    assert not (home / "ledger.db").exists()
+    """A home with no ledger (a mistyped SWITCHYARD_HOME) is said, never shown as zero spend."""
+    for argv in (("spend", "--by", "model", "--since", "24h"), ("spend", "--json"), ("savings",)):
+        assert run(*argv) == 1
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert f"no ledger at {home / 'ledger.db'}" in captured.err and "SWITCHYARD_HOME" in captured.err
+    assert not home.exists()  # nothing created by looking
+
+
+def test_spend_on_an_empty_ledger_is_zero(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home.mkdir()
+    led = SQLiteLedger(home / "ledger.db")
+    led.start()
+    led.close()
+    assert (home / "ledger.db").is_file()
     assert run("spend", "--json") == 0
     obj = json.loads(capsys.readouterr().out)
     assert obj["lines"] == [] and obj["total"]["requests"] == 0 and obj["total"]["cost_usd"] == "0.0000000000"
+
+
+def test_a_mistyped_variable_is_reported(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
+    env["SWITCHYARD_HOMEE"] = str(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "spend"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "unknown environment variable SWITCHYARD_HOMEE (did you mean SWITCHYARD_HOME?)" in proc.stderr
 
 
 def test_spend_reports_the_ledger(home: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,6 +35,7 @@ from gateway.ledger.report import (
     to_csv,
     to_json,
 )
+from gateway.ledger.sqlite import is_postgres_url, ledger_path
 from gateway.limits.keys import KeyLimits, KeyRecord, KeyStoreBase, store_errors
 
 EXIT_OK = 0
@@ -222,6 +223,18 @@ def _url(args: argparse.Namespace) -> str:
     return str(args.ledger or Settings.from_env().ledger_url)
 
 
+def _no_ledger(url: str) -> str | None:
+    """Why a report cannot be read from ``url``: a SQLite ledger file that does not exist
+    (a mistyped SWITCHYARD_HOME or --ledger) is said, not reported as zero spend."""
+    if is_postgres_url(url):
+        return None
+    path = ledger_path(url)
+    if path.is_file():
+        return None
+    where = "" if path.parent.is_dir() else f" (the folder {path.parent} does not exist either)"
+    return f"no ledger at {path}{where}: check SWITCHYARD_HOME, SWITCHYARD_LEDGER or --ledger"
+
+
 def _series_out(
     args: argparse.Namespace, name: str, rows: list[dict[str, Any]], extra: dict[str, Any]
 ) -> None:
@@ -243,6 +256,8 @@ def cmd_spend(args: argparse.Namespace) -> int:
     try:
         since_seconds = _window(since)
         url = _url(args)
+        if (missing := _no_ledger(url)) is not None:
+            return _fail(missing, EXIT_FAILED)
         if series:
             bucket = args.bucket or "none"
             rows = spend_series(url, args.by, bucket, since_seconds, top=args.top)
@@ -265,7 +280,10 @@ def cmd_spend(args: argparse.Namespace) -> int:
 
 def cmd_savings(args: argparse.Namespace) -> int:
     try:
-        rows = savings_by_cause(_url(args), args.bucket, _window(args.since))
+        url = _url(args)
+        if (missing := _no_ledger(url)) is not None:
+            return _fail(missing, EXIT_FAILED)
+        rows = savings_by_cause(url, args.bucket, _window(args.since))
     except ValueError as exc:
         return _fail(str(exc))
     except sqlite3.Error as exc:
