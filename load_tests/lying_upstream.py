@@ -1,11 +1,14 @@
-"""A scriptable OpenAI-compatible upstream for hostile-upstream tests: each test sets what the
-next answers look like (a JSON body, or SSE events with an optional delay between them).
-It counts the SSE events it managed to write, so a test can see when the gateway stopped
-reading."""
+"""A scriptable OpenAI-compatible upstream for hostile-upstream tests and scenarios: each sets
+what the next answers look like (a JSON body, or SSE events with an optional delay between
+them). It counts the SSE events it managed to write, so a caller can see when the gateway
+stopped reading. Also the hostile clients that go with it: raw connections that never finish
+their body (``stalled_bodies``), the whole answer on such a socket (``answer_of``) and JSON
+nested past any sane depth (``nested``)."""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +18,43 @@ from typing import Any
 import orjson
 
 Json = dict[str, Any]
+CHAT = "/v1/chat/completions"
+
+
+def nested(depth: int) -> Any:
+    node: Any = 1
+    for _ in range(depth):
+        node = [node]
+    return node
+
+
+def stalled_bodies(port: int, key: str, n: int) -> list[socket.socket]:
+    """``n`` raw connections that send their headers and the first byte of a 1,000-byte body."""
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        head = f"POST {CHAT} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
+        s.sendall((head + "content-type: application/json\r\ncontent-length: 1000\r\n\r\n{").encode())
+        socks.append(s)
+    return socks
+
+
+def answer_of(sock: socket.socket) -> bytes:
+    """The whole HTTP response on ``sock`` (headers and a Content-Length body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        part = sock.recv(65536)
+        if not part:
+            return data
+        data += part
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = next(
+        (int(ln.split(b":")[1]) for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")),
+        0,
+    )
+    while len(rest) < length and (part := sock.recv(65536)):
+        rest += part
+    return head + b"\r\n\r\n" + rest
 
 
 def chat_body(content: str = "hi", usage: Any = None, **extra: Any) -> Json:

@@ -15,18 +15,20 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 
+from load_tests.lying_upstream import (
+    Json,
+    LyingUpstream,
+    answer_of,
+    chat_body,
+    chunk,
+    lying_policy,
+    nested,
+    stalled_bodies,
+)
 from tests.gateway_harness import ADMIN_KEY, RunningGateway, start_gateway
-from tests.lying_upstream import Json, LyingUpstream, chat_body, chunk, lying_policy
 
 CHAT = "/v1/chat/completions"
 HELLO = [{"role": "user", "content": "hello there"}]
-
-
-def nested(depth: int) -> Any:
-    node: Any = 1
-    for _ in range(depth):
-        node = [node]
-    return node
 
 
 @pytest.fixture
@@ -71,10 +73,12 @@ def test_an_unexpected_error_releases_the_reservation_and_leaves_a_row(
         assert r.status_code == 500, r.text
         assert r.json()["error"]["code"] == "internal_error"
         assert "Traceback" not in r.text
-    assert spent(lgw) == 0  # every reservation released
     rows = [x for x in lgw.ledger_rows() if x["tenant"] == "capped"]
     assert len(rows) == 5
     assert {(x["status"], x["http_status"]) for x in rows} == {("error", 500)}
+    # every reservation settled to what the upstream billed (3 + 1 tokens), as the rows say:
+    # nothing left reserved, no drift between the budget and the ledger
+    assert spent(lgw) == sum(Decimal(str(x["cost_usd"])) for x in rows) == 5 * Decimal("0.000005")
 
 
 def test_an_unexpected_error_mid_stream_ends_with_an_error_event(
@@ -257,37 +261,6 @@ def test_deadline_cuts_a_drip_stream(tmp_path: Path, liar: LyingUpstream) -> Non
 
 
 # ----------------------------------------------------------------- class 7: slow bodies
-def stalled_bodies(port: int, key: str, n: int) -> list[Any]:
-    """``n`` raw connections that send their headers and the first byte of a 1,000-byte body."""
-    import socket
-
-    socks = []
-    for _ in range(n):
-        s = socket.create_connection(("127.0.0.1", port), timeout=10)
-        head = f"POST {CHAT} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
-        s.sendall((head + "content-type: application/json\r\ncontent-length: 1000\r\n\r\n{").encode())
-        socks.append(s)
-    return socks
-
-
-def answer_of(sock: Any) -> bytes:
-    """The whole HTTP response on ``sock`` (headers and a Content-Length body)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        part = sock.recv(65536)
-        if not part:
-            return data
-        data += part
-    head, _, rest = data.partition(b"\r\n\r\n")
-    length = next(
-        (int(ln.split(b":")[1]) for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")),
-        0,
-    )
-    while len(rest) < length and (part := sock.recv(65536)):
-        rest += part
-    return head + b"\r\n\r\n" + rest
-
-
 def test_slow_bodies_do_not_hold_admission_slots_and_time_out(tmp_path: Path, liar: LyingUpstream) -> None:
     extra = "server: {max_in_flight: 8, body_timeout_s: 2}\n"
     gw = start_gateway(tmp_path, lying_policy(liar.base_url, extra))
@@ -627,7 +600,9 @@ def test_a_body_of_many_texts_is_tokenized_within_a_bounded_number_of_characters
         took = time.perf_counter() - t0
     finally:
         del enc.encode_ordinary
-    print(f"8 MB in 128 messages: {encoded[0]} characters encoded, {took * 1000:.0f} ms, {n} vs {exact} tokens")
+    print(
+        f"8 MB in 128 messages: {encoded[0]} characters encoded, {took * 1000:.0f} ms, {n} vs {exact} tokens"
+    )
     assert encoded[0] <= tokens.BODY_EXACT_CHARS  # not the 8 MB
     assert exact <= n <= exact * 1.05  # the rest at the measured rate: close, and not below
     # a body of one huge unbroken word is bounded too, and never counted above its bytes
