@@ -180,6 +180,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     p.add_argument("--no-floor", action="store_true", help="skip the pass-through floor")
     p.add_argument(
+        "--gateway-root",
+        type=Path,
+        default=None,
+        help="run the gateway code of this source tree (e.g. a git worktree of an older commit)",
+    )
+    p.add_argument(
         "--gateway-env",
         action="append",
         default=[],
@@ -209,7 +215,11 @@ def bench(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         os.sched_setaffinity(0, load_cpus)  # this process (the load generator) and the mock it spawns
     started = time.time()
     gateway_env = dict(item.split("=", 1) for item in args.gateway_env)
-    gateway_info: dict[str, Any] = {"error": None, "env": gateway_env}
+    gateway_info: dict[str, Any] = {
+        "error": None,
+        "env": gateway_env,
+        "root": str(args.gateway_root) if args.gateway_root else None,
+    }
     mock = MockProcess.start(load_cpus)
     gateway: GatewayProcess | None = None
     floor: FloorProcess | None = None
@@ -224,7 +234,12 @@ def bench(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
             if not args.direct_only:
                 try:
                     gateway, key = GatewayProcess.start(
-                        Path(home), mock.port, secrets.token_hex(16), gw_cpus, extra_env=gateway_env
+                        Path(home),
+                        mock.port,
+                        secrets.token_hex(16),
+                        gw_cpus,
+                        extra_env=gateway_env,
+                        root=args.gateway_root,
                     )
                     auth = {"authorization": f"Bearer {key}"}
                     endpoints.append(Endpoint("gateway", gateway.url, "bench", auth, gateway.proc.pid))

@@ -6,8 +6,9 @@ set and their ratio.
     python -m load_tests.bench_compare --commits OLD [NEW] [--runs 3] [--full] [--out DIR]
 
 Each DIR holds ``bench-*.json`` files. With ``--commits`` it checks OLD (and NEW, default: this
-working tree as it is) out as temporary git worktrees and runs ``python -m load_tests.bench
---quick`` in each, alternately, ``--runs`` times, so both see the same machine; then compares.
+working tree as it is) out as temporary git worktrees and runs this tree's ``python -m
+load_tests.bench --quick --gateway-root TREE`` on each gateway, alternately, ``--runs`` times,
+so both see the same machine and the same harness (floor, CPU per request, RSS); then compares.
 Writes ``compare-<UTC>.json`` and ``.md`` under --out.
 """
 
@@ -29,12 +30,15 @@ from load_tests.bench_procs import ROOT
 
 
 def figures(folder: Path) -> dict[tuple[str, str], list[float]]:
-    """(scenario, metric) -> the gateway figures of every report in ``folder``."""
+    """(scenario, metric) -> the gateway figures of every report in ``folder`` (for the
+    throughput / floor rows: gateway / floor of each run)."""
     out: dict[tuple[str, str], list[float]] = {}
     for path in sorted(folder.glob("bench-*.json")):
         for row in json.loads(path.read_text())["rows"]:
-            if row.get("gateway") is not None:
-                out.setdefault((row["scenario"], row["metric"]), []).append(float(row["gateway"]))
+            # a "throughput / floor" row: the ratio measured in that run (the floor beside it)
+            value = row.get("ratio") if row["metric"].endswith("/ floor") else row.get("gateway")
+            if value is not None:
+                out.setdefault((row["scenario"], row["metric"]), []).append(float(value))
     return out
 
 
@@ -68,10 +72,11 @@ def render(result: dict[str, Any]) -> str:
 
 
 def _bench_in(tree: Path, out: Path, full: bool) -> None:
-    """One ``load_tests.bench`` run with ``tree``'s code (its own bench and gateway)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    cmd = [sys.executable, "-m", "load_tests.bench", "--out", str(out), *([] if full else ["--quick"])]
-    subprocess.run(cmd, cwd=tree, env=env, check=False, stdout=subprocess.DEVNULL, timeout=1800)
+    """One ``load_tests.bench`` run (this tree's harness) of ``tree``'s gateway."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "load_tests.bench", "--out", str(out), "--gateway-root", str(tree)]
+    cmd += [] if full else ["--quick"]
+    subprocess.run(cmd, cwd=ROOT, env=env, check=False, stdout=subprocess.DEVNULL, timeout=1800)
 
 
 def bench_commits(old: str, new: str | None, runs: int, full: bool, work: Path) -> tuple[Path, Path]:

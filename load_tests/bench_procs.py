@@ -228,11 +228,11 @@ def switchyard_cmd() -> list[str]:
     return [sys.executable, "-c", "import sys; from gateway.cli import main; sys.exit(main())"]
 
 
-def create_key(env: dict[str, str], timeout: float = 60.0) -> str:
+def create_key(env: dict[str, str], timeout: float = 60.0, root: Path = ROOT) -> str:
     try:
         out = subprocess.run(
             [*switchyard_cmd(), "keys", "create", "--tenant", "bench"],
-            cwd=ROOT,
+            cwd=root,
             env=env,
             capture_output=True,
             text=True,
@@ -264,21 +264,26 @@ class GatewayProcess:
         timeout: float = 60.0,
         extra_env: dict[str, str] | None = None,
         policy_template: str = POLICY_TEMPLATE,
+        root: Path | None = None,
     ) -> tuple[GatewayProcess, str]:
         """Write the policy (``policy_template`` with ``{mock_port}``), create a client key,
-        start ``switchyard serve``; returns (gateway, key)."""
+        start ``switchyard serve``; returns (gateway, key). ``root``: run the gateway code of
+        that source tree (e.g. a git worktree of an older commit) instead of this one."""
         policy = home / "policy.yaml"
         policy.write_text(policy_template.format(mock_port=mock_port))
         env = env_with_root(
             {"SWITCHYARD_HOME": str(home), "SWITCHYARD_ADMIN_KEY": admin_key, **(extra_env or {})}
         )
-        key = create_key(env)
+        root = root or ROOT
+        if root != ROOT:
+            env["PYTHONPATH"] = os.pathsep.join((str(root), env["PYTHONPATH"]))
+        key = create_key(env, root=root)
         port = free_port()
         log_path = home / "gateway.log"
         cmd = [*switchyard_cmd(), "serve", "--host", "127.0.0.1", "--port", str(port)]
         cmd += ["--policy", str(policy), "--workers", "1", "--log-level", "warning"]
         with log_path.open("wb") as log:
-            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
         if cpus:
             pin_tree(proc.pid, cpus)
         gateway = cls(proc, f"http://127.0.0.1:{port}", log_path)

@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import TypeVar
 
 from gateway.core.ledger_row import LedgerRow, conversation_id
-from gateway.core.types import RequestFacts, Target, Usage
+from gateway.core.types import Price, RequestFacts, Target, Usage
 from gateway.flow.exchange import Exchange
 from gateway.flow.services import Services
 from gateway.ledger.meter import savings_cause
@@ -17,6 +17,34 @@ from gateway.ledger.pricing import cost_of
 
 ZERO = Decimal("0E-10")
 _R = TypeVar("_R")
+_PRICED_MAX = 4096
+# (price, output_expected) by id -> that price object (kept alive, so the id stays its own)
+# and its costs by token counts: exact Decimal pricing costs tens of microseconds a call,
+# and most requests repeat a (price, counts) pair (every cache hit's baseline does).
+_priced: dict[tuple[int, bool], tuple[Price, dict[tuple[int | None, ...], Decimal | None]]] = {}
+
+
+def priced(usage: Usage, price: Price, output_expected: bool) -> Decimal | None:
+    """``ledger.pricing.cost_of``, memoised per price object and token counts (bounded)."""
+    slot = _priced.get((id(price), output_expected))
+    if slot is None or slot[0] is not price:
+        if len(_priced) >= 256:
+            _priced.clear()
+        slot = _priced[(id(price), output_expected)] = (price, {})
+    counts = (
+        usage.input_tokens, usage.output_tokens, usage.cached_input_tokens,
+        usage.cache_write_tokens, usage.cache_write_1h_tokens,
+    )  # fmt: skip
+    costs = slot[1]
+    if counts in costs:
+        return costs[counts]
+    cost = cost_of(usage, price, output_expected=output_expected)
+    if len(costs) >= _PRICED_MAX:
+        costs.clear()
+    costs[counts] = cost
+    return cost
+
+
 
 
 def record(svc: Services, ex: Exchange) -> None:
@@ -36,12 +64,12 @@ def record(svc: Services, ex: Exchange) -> None:
 def _record(svc: Services, ex: Exchange) -> None:
     total = time.perf_counter() - ex.started
     served = ex.target if not ex.cache_hit else None
-    priced = ex.endpoint != "embeddings"  # embeddings have no output tokens to price
-    cost = cost_of(ex.usage, served.price, output_expected=priced) if served else None
+    output_expected = ex.endpoint != "embeddings"  # embeddings have no output tokens to price
+    cost = priced(ex.usage, served.price, output_expected) if served else None
     if ex.cache_hit:
         cost = ZERO
     _settle(svc, ex, cost)
-    baseline = _baseline(ex, priced)
+    baseline = _baseline(ex, output_expected)
     base_model = ex.plan.baseline.model if ex.plan is not None and ex.plan.baseline is not None else None
     cause = savings_cause(ex.cache, served, cost, baseline, base_model)
     _metrics(svc, ex, served, cost, total)
@@ -62,12 +90,12 @@ async def durable(ex: Exchange, reply: _R) -> _R:
     return reply
 
 
-def _baseline(ex: Exchange, priced: bool) -> Decimal | None:
+def _baseline(ex: Exchange, output_expected: bool) -> Decimal | None:
     """What the route's reference model would have cost for the same tokens (no cache discount)."""
     if ex.plan is None or ex.plan.baseline is None:
         return None
     usage = Usage(ex.usage.input_tokens, ex.usage.output_tokens)
-    return cost_of(usage, ex.plan.baseline.price, output_expected=priced)
+    return priced(usage, ex.plan.baseline.price, output_expected)
 
 
 def _settle(svc: Services, ex: Exchange, cost: Decimal | None) -> None:
