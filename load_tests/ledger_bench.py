@@ -31,6 +31,7 @@ import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -232,40 +233,55 @@ def report_queries(url: str | Path, end: float) -> dict[str, Any]:
 
 
 def bench_reports(n: int, base_url: str | None, workdir: Path, end: float) -> dict[str, Any]:
-    """Seed ``n`` rows into each store (rollups from the v4 back-fill), then time the month's
-    reports from the rollups beside the raw rows."""
+    """Seed ``n`` rows into each store (rollups from the v4 back-fill; both stores at once:
+    PostgreSQL works in its own server process), then time the month's reports from the
+    rollups beside the raw rows, one store after the other."""
     path = workdir / "reports.db"
     result: dict[str, Any] = {"rows": n}
+    schema = f"sy_ledger_reports_{uuid.uuid4().hex[:8]}"
+    admin = pg_connect(base_url) if base_url is not None else None
+    url = None
+    if admin is not None and base_url is not None:
+        admin.autocommit = True
+        admin.execute(f"CREATE SCHEMA {schema}")
+        sep = "&" if "?" in base_url else "?"
+        url = f"{base_url}{sep}options=-csearch_path%3D{schema}"
+    pg_seed: dict[str, Any] = {}
+
+    def seed_pg() -> None:
+        assert url is not None
+        with pg_connect(url) as pg:
+            pg_seed["seed"] = ledger_seed.seed_postgres(pg, n, end)
+            found = pg.execute("SELECT pg_total_relation_size('ledger')").fetchone()
+            pg_seed["table_mb"] = round(int(found[0]) / 1e6) if found else None
+
     try:
-        print(f"SQLite: seeding {n:,} rows", file=sys.stderr)
+        print(f"seeding {n:,} rows", file=sys.stderr)
+        pg_thread = threading.Thread(target=seed_pg, name="pg-seed")
+        if url is not None:
+            pg_thread.start()
         result["sqlite"] = {"seed": ledger_seed.seed_sqlite(path, n, end)}
         size = sum(p.stat().st_size for p in workdir.glob("reports.db*"))
         result["sqlite"]["file_mb"] = round(size / 1e6)
-        print("SQLite reports", file=sys.stderr)
+        print(f"SQLite seeded: {json.dumps(result['sqlite'])}", file=sys.stderr)
+        if url is not None:
+            pg_thread.join()
+            if "seed" not in pg_seed:
+                raise RuntimeError("seeding PostgreSQL failed (see above)")
+            result["postgres"] = dict(pg_seed)
+            print(f"PostgreSQL seeded: {json.dumps(pg_seed)}", file=sys.stderr)
         result["sqlite"]["queries"] = report_queries(path, end)
+        print(f"SQLite reports: {json.dumps(result['sqlite']['queries'])}", file=sys.stderr)
+        if url is not None:
+            result["postgres"]["queries"] = report_queries(url, end)
+            print(f"PostgreSQL reports: {json.dumps(result['postgres']['queries'])}", file=sys.stderr)
+        return result
     finally:
         for p in workdir.glob("reports.db*"):
             p.unlink()
-    if base_url is None:
-        return result
-    schema = f"sy_ledger_reports_{uuid.uuid4().hex[:8]}"
-    admin = pg_connect(base_url)
-    admin.autocommit = True
-    admin.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in base_url else "?"
-    url = f"{base_url}{sep}options=-csearch_path%3D{schema}"
-    try:
-        print(f"PostgreSQL: seeding {n:,} rows", file=sys.stderr)
-        with pg_connect(url) as pg:
-            seeded = ledger_seed.seed_postgres(pg, n, end)
-            found = pg.execute("SELECT pg_total_relation_size('ledger')").fetchone()
-        result["postgres"] = {"seed": seeded, "table_mb": round(int(found[0]) / 1e6) if found else None}
-        print("PostgreSQL reports", file=sys.stderr)
-        result["postgres"]["queries"] = report_queries(url, end)
-        return result
-    finally:
-        admin.execute(f"DROP SCHEMA {schema} CASCADE")
-        admin.close()
+        if admin is not None:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+            admin.close()
 
 
 def _pg_value(v: Any) -> Any:

@@ -11,7 +11,9 @@ event loop. Without waiting submitters it lingers up to ``flush_interval`` secon
 batch fill; a submitted row is committed at once (rows arriving meanwhile form the next batch).
 ``flush()`` places a marker in the same FIFO queue and waits until the writer has committed
 everything in front of it. ``INSERT ... ON CONFLICT (request_id) DO NOTHING`` makes a replayed
-row harmless.
+row harmless. In the same transaction the writer adds the rows it really inserted (not a
+replayed request id: ``_fresh`` asks the table first) to the hourly and daily rollups
+(``rollup``), so the rollups always agree with the rows.
 
 Several processes (gateway workers, the CLI) may open the same file: WAL journal,
 ``busy_timeout`` and a retry loop on "database is locked" keep them out of each other's way.
