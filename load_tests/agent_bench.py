@@ -100,25 +100,33 @@ def body(model: str, protocol: str, stream: bool, tag: str) -> BodyFactory:
     return make
 
 
-async def measure(url: str, case: Case, model: str, headers: dict[str, str], quick: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Load:
+    quick: bool = False
+    rps: float = 100.0  # open loop
+    clients: int = 32  # closed loop
+
+
+async def measure(url: str, case: Case, model: str, headers: dict[str, str], load: Load) -> dict[str, Any]:
+    quick = load.quick
     open_s, closed_s = (3.0, 2.0) if quick else (8.0, 5.0)
     out: dict[str, Any] = {}
     for stream, key in ((False, "latency"), (True, "ttft")):
         tag = f"{case.name}-{key}-{secrets.token_hex(3)}"
         spec = LoadSpec(url=url + case.path, body=body(model, case.protocol, stream, tag), headers=headers,
                         stream=stream, duration_s=open_s, timeout_s=10.0, drain_s=5.0)  # fmt: skip
-        report = (await run_open_loop(spec, 100.0)).to_dict()
+        report = (await run_open_loop(spec, load.rps)).to_dict()
         out[key + "_p50_ms"] = report["ttft_ms" if stream else "latency_ms"]["p50"]
         out[key + "_errors"] = sum(report["errors"].values())
     tag = f"{case.name}-closed-{secrets.token_hex(3)}"
     spec = LoadSpec(url=url + case.path, body=body(model, case.protocol, False, tag), headers=headers,
                     duration_s=closed_s, timeout_s=10.0, drain_s=5.0)  # fmt: skip
-    report = (await run_closed_loop(spec, 32)).to_dict()
+    report = (await run_closed_loop(spec, load.clients)).to_dict()
     out["rps"], out["closed_errors"] = report["achieved_rps"], sum(report["errors"].values())
     return out
 
 
-async def run(mock_url: str, gw_url: str, key: str, quick: bool) -> list[dict[str, Any]]:
+async def run(mock_url: str, gw_url: str, key: str, load: Load) -> list[dict[str, Any]]:
     direct_h = {
         "authorization": "Bearer mock-key",
         "x-api-key": "mock-key",
@@ -129,9 +137,9 @@ async def run(mock_url: str, gw_url: str, key: str, quick: bool) -> list[dict[st
     direct: dict[str, dict[str, Any]] = {}
     for case in CASES:
         if case.direct_model:
-            direct[case.name] = await measure(mock_url, case, case.direct_model, direct_h, quick)
+            direct[case.name] = await measure(mock_url, case, case.direct_model, direct_h, load)
         base = direct[case.name] if case.direct_model else direct["chat"]
-        through = await measure(gw_url, case, case.gateway_model, gw_h, quick)
+        through = await measure(gw_url, case, case.gateway_model, gw_h, load)
         rows.append({"case": case.name, "direct": base, "gateway": through,
                      "added_p50_ms": _sub(through["latency_p50_ms"], base["latency_p50_ms"]),
                      "added_ttft_p50_ms": _sub(through["ttft_p50_ms"], base["ttft_p50_ms"]),
@@ -148,7 +156,8 @@ def markdown(report: dict[str, Any]) -> str:
         "# Agent traffic: Messages and Responses beside chat (same run)",
         "",
         f"- {report['timestamp']}; quick: {report['quick']}; pinning: {report['machine'].get('pinning')}",
-        "- open loop 100 req/s (p50), closed loop 32 clients (req/s); `messages_to_chat` and",
+        f"- open loop {report['rps']:g} req/s (p50), closed loop {report['clients']} clients (req/s);"
+        " `messages_to_chat` and",
         "  `responses_to_chat` are compared with the direct chat figures (their upstream work is chat)",
         "",
         "| case | added p50 | added TTFT p50 | gateway req/s | direct req/s | ratio | errors |",
@@ -172,7 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m load_tests.agent_bench")
     p.add_argument("--quick", action="store_true", help="short runs (about 30 s in all)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--rps", type=float, default=100.0, help="open-loop rate (lower on a shared machine)")
+    p.add_argument("--clients", type=int, default=32, help="closed-loop clients")
     args = p.parse_args(argv)
+    load = Load(args.quick, args.rps, args.clients)
     gw_cpus, load_cpus = _cpu_plan(False)
     machine = machine_info()
     machine["pinning"] = (
@@ -190,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 loop = new_event_loop()
                 try:
-                    rows = loop.run_until_complete(run(mock.url, gateway.url, key, args.quick))
+                    rows = loop.run_until_complete(run(mock.url, gateway.url, key, load))
                 finally:
                     loop.close()
             finally:
@@ -202,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         "kind": "switchyard-agent-bench",
         "timestamp": stamp,
         "quick": args.quick,
+        "rps": args.rps,
+        "clients": args.clients,
         "machine": machine,
         "rows": rows,
     }
