@@ -4,12 +4,17 @@ Playwright) after real traffic, the four charts render as SVG with the ledger's 
 from __future__ import annotations
 
 import base64
+import logging
 import shutil
+import time
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gateway.api.auth import SESSION_TTL_S, session_token
+from gateway.config.settings import Secret
 from tests.gateway_harness import ADMIN_KEY, RunningGateway
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -167,3 +172,124 @@ def test_admin_spend_by_conversation_with_a_limit(gateway: RunningGateway) -> No
     for bad in ("0", "abc", "100000"):
         r = gateway.get(f"/admin/spend?group_by=conversation&limit={bad}", headers=admin)
         assert r.status_code == 400 and r.json()["error"]["param"] == "limit", r.text
+
+
+# --------------------------------------------------------------------------- signing in
+def _chromium_or_skip() -> Any:
+    if CHROMIUM is None:
+        if IN_CI:
+            pytest.fail("chromium is required under CI=true (apt-get install -y chromium)")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    return pytest.importorskip("playwright.sync_api")
+
+
+def _ledger_totals(gw: RunningGateway) -> tuple[Decimal, int]:
+    rows = gw.ledger_rows()
+    return sum((Decimal(r["cost_usd"]) for r in rows if r["cost_usd"]), Decimal(0)), len(rows)
+
+
+def _totals_on(page: Any) -> dict[str, str]:
+    page.wait_for_selector("body[data-ready]", timeout=15000)
+    assert page.get_attribute("body", "data-ready") == "true", page.inner_text("#status")
+    boxes = page.eval_on_selector_all(
+        "#totals div", "els => els.map(d => [d.lastChild.textContent, d.querySelector('b').textContent])"
+    )
+    return dict(boxes)
+
+
+def _usd(value: Decimal) -> str:  # the page's own rounding (dashboard.js usd())
+    return (
+        "$0" if value == 0 else (f"${float(value):.3g}" if abs(value) < Decimal("0.01") else f"${value:.2f}")
+    )
+
+
+def test_sign_in_form_in_headless_chromium(gateway: RunningGateway, caplog: pytest.LogCaptureFixture) -> None:
+    """No key in the URL: the sign-in form; a wrong key says so; the right one shows the
+    ledger's numbers; the key never reaches a log record, the cookie or the page."""
+    sync_api = _chromium_or_skip()
+    caplog.set_level(logging.DEBUG)
+    _traffic(gateway)
+    spent, requests = _ledger_totals(gateway)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            context = browser.new_context()
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(gateway.url + "/dashboard/login")  # /dashboard itself challenges (Basic)
+            page.wait_for_selector("form#login")
+            page.fill("#key", "sy-admin-wrong-key")
+            page.click("button[type=submit]")
+            page.wait_for_selector("form#login")
+            assert page.inner_text("#error") == "That is not the admin key."
+            assert context.cookies() == []
+            page.fill("#key", ADMIN_KEY)
+            page.click("button[type=submit]")
+            page.wait_for_url(gateway.url + "/dashboard")
+            totals = _totals_on(page)
+            (cookie,) = context.cookies()
+            html = page.content()
+        finally:
+            browser.close()
+    assert errors == []
+    assert totals == {"spend": _usd(spent), "saved": totals["saved"], "requests": str(requests)}
+    assert cookie["name"] == "sy_admin_session" and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert ADMIN_KEY not in cookie["value"] and ADMIN_KEY not in html
+    assert caplog.records and ADMIN_KEY not in caplog.text
+
+
+def test_key_in_the_url_works_in_headless_chromium(gateway: RunningGateway) -> None:
+    """http://admin:KEY@host/dashboard: the panels fill (fetch refuses URLs with credentials,
+    so the page calls the API on its origin with the session cookie)."""
+    sync_api = _chromium_or_skip()
+    _traffic(gateway)
+    spent, requests = _ledger_totals(gateway)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_context().new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"http://admin:{ADMIN_KEY}@127.0.0.1:{gateway.port}/dashboard")
+            totals = _totals_on(page)
+        finally:
+            browser.close()
+    assert errors == []
+    assert totals["spend"] == _usd(spent) and totals["requests"] == str(requests)
+
+
+def test_session_cookie_opens_the_admin_api_and_nothing_else(gateway: RunningGateway) -> None:
+    r = gateway.post(
+        "/dashboard/login", f"key={ADMIN_KEY}", headers={"content-type": "application/x-www-form-urlencoded"}
+    )
+    assert r.status_code == 303 and r.headers["location"] == "/dashboard"
+    set_cookie = r.headers["set-cookie"]
+    assert "HttpOnly" in set_cookie and "SameSite=strict" in set_cookie and "Path=/" in set_cookie
+    token = r.cookies["sy_admin_session"]
+    assert ADMIN_KEY not in token
+    cookie = {"cookie": f"sy_admin_session={token}"}
+    assert gateway.get("/admin/spend", headers=cookie).status_code == 200
+    assert gateway.get("/dashboard/dashboard.js", headers=cookie).status_code == 200
+    forged = token.rpartition(".")[0] + "." + "0" * 64
+    assert gateway.get("/admin/spend", headers={"cookie": f"sy_admin_session={forged}"}).status_code == 401
+    expired = session_token(Secret(ADMIN_KEY), now=time.time() - 2 * SESSION_TTL_S)
+    assert gateway.get("/admin/spend", headers={"cookie": f"sy_admin_session={expired}"}).status_code == 401
+    other = session_token(Secret("another-admin-key-0123456789"))
+    assert gateway.get("/admin/spend", headers={"cookie": f"sy_admin_session={other}"}).status_code == 401
+    # a virtual key is no way in, and a wrong form key sets nothing
+    wrong = gateway.post(
+        "/dashboard/login", "key=nope", headers={"content-type": "application/x-www-form-urlencoded"}
+    )
+    assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
+    assert "That is not the admin key." in wrong.text
+
+
+def test_sign_in_page_without_a_key(gateway: RunningGateway) -> None:
+    page = gateway.get("/dashboard")
+    assert page.status_code == 401 and page.headers["content-type"].startswith("text/html")
+    assert 'action="/dashboard/login"' in page.text and 'name="key"' in page.text
+    assert page.headers["www-authenticate"].startswith("Basic ")  # URL credentials, the browser prompt
+    form = gateway.get("/dashboard/login")
+    assert form.status_code == 200 and "www-authenticate" not in form.headers and 'name="key"' in form.text
+    assert gateway.get("/dashboard/login.css").status_code == 200  # styled before signing in

@@ -1,13 +1,16 @@
 """Who is calling: a virtual key (hashed lookup) or, when the policy says so, nobody; and the
-one admin check (Bearer, x-api-key, or HTTP Basic with the admin key as the password so a
-browser can open /dashboard), compared in constant time."""
+one admin check (Bearer, x-api-key, HTTP Basic with the admin key as the password, or the
+dashboard's session cookie: an HMAC of its expiry under the admin key), in constant time."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
+import time
 from collections.abc import Mapping
+from http.cookies import CookieError, SimpleCookie
 
 from gateway.config.policy import Policy
 from gateway.config.settings import Secret
@@ -64,13 +67,51 @@ def admin_credential(headers: Mapping[str, str]) -> str | None:
     return presented_key(headers)
 
 
+SESSION_COOKIE = "sy_admin_session"
+SESSION_TTL_S = 12 * 3600
+
+
+def _session_mac(admin_key: Secret, expires: int) -> str:
+    msg = f"switchyard-admin-session:{expires}".encode()
+    return hmac.new(admin_key.get().encode(), msg, hashlib.sha256).hexdigest()
+
+
+def session_token(admin_key: Secret, now: float | None = None, ttl_s: int = SESSION_TTL_S) -> str:
+    """The dashboard's session cookie value: an expiry and its HMAC under the admin key
+    (stateless; never the key itself; a new admin key ends every session)."""
+    expires = int(now if now is not None else time.time()) + ttl_s
+    return f"{expires}.{_session_mac(admin_key, expires)}"
+
+
+def session_valid(token: str, admin_key: Secret, now: float | None = None) -> bool:
+    expires_text, _, mac = token.partition(".")
+    if not expires_text.isdigit() or int(expires_text) < (now if now is not None else time.time()):
+        return False
+    return hmac.compare_digest(mac.encode(), _session_mac(admin_key, int(expires_text)).encode())
+
+
+def session_cookie(headers: Mapping[str, str]) -> str | None:
+    raw = headers.get("cookie")
+    if not raw:
+        return None
+    try:
+        morsel = SimpleCookie(raw).get(SESSION_COOKIE)
+    except CookieError:
+        return None
+    return morsel.value if morsel is not None else None
+
+
 def require_admin(headers: Mapping[str, str], admin_key: Secret | None) -> None:
+    """The admin key (Bearer, x-api-key or Basic), or the dashboard's session cookie."""
     if admin_key is None:
         raise PermissionDeniedError(
             "Admin API disabled: set SWITCHYARD_ADMIN_KEY to enable it", code="admin_disabled"
         )
     key = admin_credential(headers)
     if key is None:
+        token = session_cookie(headers)
+        if token is not None and session_valid(token, admin_key):
+            return
         raise AuthenticationError("Admin endpoints need the admin key", code="missing_api_key")
     if not hmac.compare_digest(key.encode(), admin_key.get().encode()):
         raise PermissionDeniedError("This key is not the admin key", code="not_admin")

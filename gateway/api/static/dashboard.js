@@ -19,7 +19,11 @@ function usd(value) {
 }
 
 async function api(path) {
-  const response = await fetch(path, { credentials: "same-origin", headers: { accept: "application/json" } });
+  // location.origin, not the page's URL: a page opened as http://admin:KEY@host/dashboard has
+  // credentials in its URL, and fetch refuses URLs that carry them. The session cookie set
+  // with the page authenticates these calls.
+  const url = new URL(path, window.location.origin);
+  const response = await fetch(url, { credentials: "same-origin", headers: { accept: "application/json" } });
   if (!response.ok) throw new Error(path + ": HTTP " + response.status);
   return response.json();
 }
