@@ -49,7 +49,7 @@ def create_app(settings: Settings | None = None) -> AdmissionGate:
             loop.add_signal_handler(signal.SIGHUP, lambda: gateway.tasks.spawn(gateway.reload()))
             sighup = True
         log.info(
-            "switchyard %s ready: policy %s, ledger %s",
+            "switchyard %s started: policy %s, ledger %s",
             __version__,
             settings.policy_path,
             settings.ledger_url,
