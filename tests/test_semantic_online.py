@@ -12,7 +12,9 @@ import pytest
 from gateway.cache.online_threshold import EntryRecord, OnlinePolicy
 from tests.semcache_support import embedder  # noqa: F401
 
-POLICY = OnlinePolicy(start=0.95, floor=0.6, max_error=0.05, prior_precision=0.7, prior_weight=4.0, min_ok=3)
+POLICY = OnlinePolicy(
+    start=0.95, floor=0.6, max_error=0.05, prior_table=((0.0, 0.7),), prior_weight=4.0, min_ok=3
+)
 
 
 def test_a_fresh_entry_keeps_the_global_threshold() -> None:
@@ -35,10 +37,16 @@ def test_confirmations_lower_it_to_the_lowest_confirmed_level_never_below_the_fl
 
 
 def test_a_better_prior_near_the_start_needs_fewer_confirmations() -> None:
-    policy = OnlinePolicy(start=0.95, floor=0.6, prior_precision=0.7, prior_table=((0.6, 0.7), (0.9, 0.98)))
+    policy = OnlinePolicy(start=0.95, floor=0.6, prior_table=((0.6, 0.7), (0.9, 0.98)))
     # at 0.92 the band [0.92, 0.95) is 98% right globally: (4 * 0.02) / (4 + 3) <= 0.05
     assert policy.level([(0.92, True)] * 3) == 0.92
     assert policy.level([(0.8, True)] * 3) == policy.start  # at 0.8 the prior is 0.7: not yet
+    assert policy.level([(0.5, True)] * 50) == policy.start  # below the floor: never
+    by_score = OnlinePolicy(start=0.95, floor=0.6)  # no table: the score is the prior
+    assert by_score.prior_at(0.93) == 0.93
+    assert by_score.level([(0.93, True)] * 3) == 0.93  # (4 * 0.07) / 7 = 0.04
+    assert by_score.level([(0.8, True)] * 3) == by_score.start  # (4 * 0.2) / 7 = 0.11
+    assert by_score.level([(0.8, True)] * 12) == 0.8  # (4 * 0.2) / 16 = 0.05
 
 
 def test_a_refutation_raises_it_above_the_refuted_score() -> None:
@@ -123,7 +131,7 @@ def cache() -> Any:
     from gateway.cache.verifier import load_verifier
 
     verifier = load_verifier()
-    policy = OnlinePolicy(start=verifier.threshold, floor=0.3, prior_precision=0.99, min_ok=3)
+    policy = OnlinePolicy(start=verifier.threshold, floor=0.3, prior_table=((0.0, 0.99),), min_ok=3)
     c = SemanticCache(verifier, online=policy)
     yield c
     c.close()
@@ -213,3 +221,48 @@ def test_the_layer_turns_a_fresh_answer_into_feedback(embedder: Any) -> None:  #
         layer.store(res, _completion("A cheap acoustic one."), ttl=60)
     assert len(cache) == 2  # a different answer is stored as its own entry
     cache.close()
+
+
+GUITAR = [
+    "How do I learn to play the guitar?",
+    "What is the best way to learn guitar?",
+    "How can I learn to play guitar by myself?",
+    "How can I teach myself guitar?",
+    "What's the best way to teach yourself to play the guitar?",
+    "How should a beginner learn the guitar?",
+]
+TRAPS = [
+    ("What is 17 * 23?", "What is 17 * 24?"),
+    ("How do I convert 5 km to miles?", "How do I convert 50 km to miles?"),
+]
+
+
+def _fixture_pairs() -> list[tuple[str, str, int]]:
+    pairs = [(GUITAR[0], q, 1) for q in GUITAR[1:]] + [(GUITAR[1], GUITAR[3], 1)]
+    pairs += [(a, b, 0) for a, b in TRAPS] + [(GUITAR[0], "How do I tune a guitar?", 0)]
+    return pairs
+
+
+def test_streams_through_the_real_cache_online_modes_add_hits_never_traps(embedder: Any) -> None:  # noqa: F811
+    from gateway.cache.verifier import load_verifier
+    from gateway.lab.semcache_stream import components, embed_texts, stream_table
+
+    pairs = _fixture_pairs()
+    assert sorted(len(c) for c in components(pairs)) == [2, 2, 7]
+    vectors = embed_texts(embedder, pairs)
+    verifier = load_verifier()
+    # a trusting prior (one confirmation lowers an entry to the confirmed score) on a tiny fixture
+    policy = OnlinePolicy(start=verifier.threshold, floor=0.5, prior_table=((0.0, 0.99),), min_ok=1)
+    rows: dict[tuple[str, float | None], dict[str, int]] = {}
+    for seed in range(4):  # a few stream orders
+        for r in stream_table(pairs, vectors, verifier, min_component=2, seed=seed, online=policy):
+            acc = rows.setdefault((r["mode"], r["judge_recall"]), {"right": 0, "wrong": 0, "answerable": 0})
+            for k in acc:
+                acc[k] += r[k]
+    static = rows[("static", None)]
+    assert static["answerable"] == 4 * 5  # every guitar question after the first
+    assert static["right"] == 0  # these paraphrases all score below the shipped threshold
+    assert rows[("online", 1.0)]["right"] >= 6  # confirmed entries answer their band
+    assert rows[("online+aliases", 1.0)]["right"] >= rows[("online", 1.0)]["right"]
+    for acc in rows.values():
+        assert acc["wrong"] == 0  # neither a trap nor the tuning question is ever served

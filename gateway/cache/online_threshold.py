@@ -12,7 +12,8 @@ far as its own record justifies:
   when the record holds nothing else);
 - for a candidate level ``t`` (one of the scores it saw confirmed), the observations scored
   ``>= t`` give ``ok`` right and ``bad`` wrong; with a Beta prior worth ``prior_weight``
-  observations at the band's global precision ``prior_precision``, the posterior mean error
+  observations at the band's global precision (by default the level itself: the verifier's
+  score is its estimate of P(same question); or a calibration table), the posterior mean error
   ``(b0 + bad) / (prior_weight + ok + bad)`` must be ``<= max_error`` and the level needs
   ``min_ok`` confirmations of its own;
 - the entry's threshold is the lowest level that passes (never below ``floor``), else ``start``.
@@ -37,9 +38,9 @@ class OnlinePolicy:
     start: float  # the global (shipped) threshold every entry starts at
     floor: float = 0.5  # an entry never accepts below this score
     max_error: float = 0.05  # the posterior mean error a lowered level may have
-    prior_precision: float = 0.75  # the band's precision (at the floor) before any record
     # (level, global precision of the scores in [level, start)), ascending levels: the prior at
-    # a level is that of the nearest point at or below it (conservative); empty = prior_precision
+    # a level is that of the nearest point at or below it (conservative; 0 below the first);
+    # empty: the level itself (the verifier's score is a probability)
     prior_table: tuple[tuple[float, float], ...] = ()
     prior_weight: float = 4.0  # the prior's worth in observations
     min_ok: int = 3  # confirmations a level needs of its own
@@ -72,7 +73,9 @@ class OnlinePolicy:
 
     def prior_at(self, level: float) -> float:
         """The global precision of band scores ``>= level`` before any record."""
-        found = self.prior_precision  # below the table's first level
+        if not self.prior_table:
+            return level
+        found = 0.0  # below the table's first level
         for at, precision in self.prior_table:
             if at > level:
                 break

@@ -314,13 +314,9 @@ class SemanticCache:
 
 
 def default_online(verifier: Verifier) -> OnlinePolicy:
-    """The online policy of a verifier: it starts at the verifier's threshold; the band's floor
-    and prior come from its weights' calibration (``meta['band_precision']``) when present."""
+    """The online policy of a verifier: entries start at its threshold; the band's floor is
+    ``meta['online']['floor']`` when its weights carry one (else 0.5), the prior at a level is
+    the level itself (the verifier's score is its P(same question))."""
     meta = verifier.meta.get("online") or {}
     table = tuple((float(a), float(p)) for a, p in meta.get("band_precision", ()))
-    return OnlinePolicy(
-        start=verifier.threshold,
-        floor=float(meta.get("floor", 0.5)),
-        prior_precision=float(meta.get("floor_precision", 0.6)),
-        prior_table=table,
-    )
+    return OnlinePolicy(start=verifier.threshold, floor=float(meta.get("floor", 0.5)), prior_table=table)

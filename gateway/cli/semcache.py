@@ -1,6 +1,7 @@
 """`switchyard eval semcache` and `switchyard train semcache`: the semantic cache's tools.
 
     switchyard eval semcache --pairs FILE.jsonl [--split heldout] [--json] [--plot out.png]
+    switchyard eval semcache --pairs FILE.jsonl --stream [--min-component 3] [--json]
     switchyard train semcache --pairs FILE.jsonl [--out gateway/cache/verifier_weights.npz]
 
 The evaluation (``gateway.lab.semcache_eval``) replays every pair through the real cache code;
@@ -29,6 +30,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"no pairs in {args.pairs} (split {args.split})", file=sys.stderr)
         return 1
     verifier = load_verifier(Path(args.weights) if args.weights else None)
+    if args.stream:
+        return _stream(args, pairs, load_embedder(args.embedder), verifier)
     results = replay(pairs, load_embedder(args.embedder), verifier)
     labels = [y for _, _, y in pairs]
     default = rates([hit for _, _, hit in results], labels)
@@ -70,6 +73,36 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stream(args: argparse.Namespace, pairs: list[tuple[str, str, int]], embedder: Any, verifier: Any) -> int:
+    from gateway.lab.semcache_stream import embed_texts, stream_table
+
+    rows = stream_table(
+        pairs, embed_texts(embedder, pairs), verifier, min_component=args.min_component, seed=args.seed
+    )
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    first = rows[0]
+    print(
+        f"streams of {args.pairs} ({args.split}): components of >= {args.min_component} texts,"
+        f" {first['queries']} queries, {first['answerable']} answerable; verifier threshold"
+        f" {verifier.threshold}"
+    )
+    print(
+        "\n| mode | judge recall | precision | recall | hits | wrong | unknown"
+        " | band hits (precision) | feedback |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        jr = "-" if r["judge_recall"] is None else f"{r['judge_recall']:.1f}"
+        band = f"{r['band_hits']} ({r['band_precision']})" if r["band_hits"] else "0"
+        print(
+            f"| {r['mode']} | {jr} | {r['precision']:.3f} | {r['recall']:.3f} | {r['hits']} |"
+            f" {r['wrong']} | {r['unknown']} | {band} | {r['feedback']} |"
+        )
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from gateway.cache.embedder import load_embedder
     from gateway.cache.verifier import WEIGHTS_PATH
@@ -107,6 +140,14 @@ def register_eval(esub: Any) -> None:
     ev.add_argument("--plot", help="write the precision-recall curve as PNG")
     ev.add_argument("--weights", help="verifier weights .npz (default: the shipped one)")
     ev.add_argument("--limit", type=int, default=0, help="use the first N pairs only")
+    ev.add_argument(
+        "--stream",
+        action="store_true",
+        help="streams over the pair graph with feedback: static vs per-entry online thresholds"
+        " (gateway.lab.semcache_stream)",
+    )
+    ev.add_argument("--min-component", type=int, default=3, help="--stream: smallest stream (texts)")
+    ev.add_argument("--seed", type=int, default=0, help="--stream: the streams' order and the judge's draws")
     ev.set_defaults(func=cmd_eval)
 
 

@@ -152,7 +152,8 @@ def simulate(
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} ({', '.join(MODES)})")
     truth = _Clusters(pairs)
-    rng = random.Random(seed)
+    order_rng = random.Random(seed)  # the streams' order: the same in every mode
+    rng = random.Random(seed + 1)  # the judge's and the shadow checks' draws
     out = StreamResult(mode)
     cache = SemanticCache(verifier, max_entries=max(1, len(vectors)), online=online)
     policy = cache.online
@@ -162,7 +163,7 @@ def simulate(
             if len(texts) < min_component:
                 continue
             order = list(texts)
-            rng.shuffle(order)
+            order_rng.shuffle(order)
             context = f"stream-{n}"
             seen_clusters: set[str] = set()
             for q in order:
@@ -208,3 +209,33 @@ def simulate(
     finally:
         cache.close()
     return out
+
+
+def embed_texts(embedder: Any, pairs: Sequence[tuple[str, str, int]]) -> dict[str, npt.NDArray[np.float32]]:
+    """Every distinct text's vector, fp16-rounded as the cache stores it."""
+    texts = sorted({t for a, b, _ in pairs for t in (a, b)})
+    vecs = np.concatenate([embedder.encode(texts[i : i + 256]) for i in range(0, len(texts), 256)])
+    vecs = vecs.astype(np.float16).astype(np.float32)
+    return {t: vecs[i] for i, t in enumerate(texts)}
+
+
+def stream_table(
+    pairs: Sequence[tuple[str, str, int]],
+    vectors: dict[str, npt.NDArray[np.float32]],
+    verifier: Verifier,
+    *,
+    judge_recalls: Sequence[float] = (1.0, 0.7),
+    min_component: int = 3,
+    seed: int = 0,
+    online: OnlinePolicy | None = None,
+) -> list[dict[str, Any]]:
+    """One row per (mode, judge recall): static once, the online modes at each judge recall."""
+    rows = []
+    for mode in MODES:
+        for jr in judge_recalls[:1] if mode == "static" else judge_recalls:
+            res = simulate(
+                pairs, vectors, verifier, mode, online=online, judge_recall=jr, seed=seed,
+                min_component=min_component,
+            )  # fmt: skip
+            rows.append({**res.as_dict(), "judge_recall": None if mode == "static" else jr})
+    return rows
