@@ -2,12 +2,14 @@
 repeated, with the medians (and the worst run for anything that must be zero).
 
     python -m load_tests.results [--runs 3] [--soak-minutes 1] [--quick] [--no-durability]
+    python -m load_tests.results --runs 1 --merge --only slow_bodies deadline_cut  # rows only
 
 Scenarios (load_tests/scenarios/): upstream fault mix under load, Redis hung/killed/restarted
 under load, policy reload storm with corrupted files, graceful SIGTERM drain (within and past
-the deadline), overload bursts past ``server.max_in_flight``, a hostile-input battery, and a
-soak. The crash-recovery tests of the ledger (SIGKILL under load, PostgreSQL down) are run
-through pytest when present and reported as passed/failed. The newest full soak report under
+the deadline), overload bursts past ``server.max_in_flight``, a hostile-input battery, the
+hostile clients and lying upstreams of issue 14 (scenarios/hardening.py), and a soak. The
+crash-recovery tests of the ledger (SIGKILL under load, PostgreSQL down) are run through pytest
+when present and reported as passed/failed. The newest full soak report under
 load_tests/reports/ (``python -m load_tests.soak --minutes 10``) is included when there is one.
 Raw figures go to load_tests/reports/results-<UTC>.json."""
 
@@ -30,6 +32,14 @@ from load_tests.bench_procs import ROOT, machine_info
 from load_tests.scenarios.deps import run_redis_outage, run_reload_storm
 from load_tests.scenarios.drain import run_drain
 from load_tests.scenarios.faults import run_fault_mix
+from load_tests.scenarios.hardening import (
+    run_budget_drift,
+    run_client_leaves,
+    run_deadline_cut,
+    run_lying_usage,
+    run_prompt_sizes,
+    run_slow_bodies,
+)
 from load_tests.scenarios.hostile import run_hostile
 from load_tests.scenarios.overload import run_overload
 from load_tests.soak import plot, run_soak
@@ -76,6 +86,12 @@ SCENARIOS: dict[str, Scenario] = {
     "drain": _drain,
     "overload": _overload,
     "hostile": _hostile,
+    "client_leaves": lambda work, quick: run_client_leaves(work),
+    "budget_drift": lambda work, quick: run_budget_drift(work, each=5 if quick else 10),
+    "prompt_sizes": lambda work, quick: run_prompt_sizes(work),
+    "slow_bodies": lambda work, quick: run_slow_bodies(work),
+    "lying_usage": lambda work, quick: run_lying_usage(work),
+    "deadline_cut": lambda work, quick: run_deadline_cut(work),
 }
 
 
@@ -203,6 +219,121 @@ def _row_hostile(runs: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def _row_client_leaves(runs: list[dict[str, Any]]) -> list[str]:
+    r0 = runs[0]
+    failed = max(
+        int(r["row"] != ["client_disconnected", 499]) + r["upstream_finished"] + int(not r["healthz_ok"])
+        for r in runs
+    )
+    return [
+        "Client leaves a fast stream",
+        f"one stream of {r0['upstream_events']:,} chunks (20 MB) from the upstream; "
+        "the client reads 64 KB and closes",
+        "client gone mid-stream",
+        "-",
+        str(failed),
+        str(max(int(r["row"][0] is None) for r in runs)),
+        f"stopped (499 row) {_fmt(med([r['stop_ms'] for r in runs]), 1)} ms after the client left, "
+        f"gateway CPU meanwhile {_fmt(med([r['cpu_s_after_leaving'] for r in runs]), 3)} s; "
+        "the upstream wrote "
+        f"{_fmt(med([r['upstream_written'] for r in runs]))} of {r0['upstream_events']:,} chunks",
+    ]
+
+
+def _row_budget_drift(runs: list[dict[str, Any]]) -> list[str]:
+    r0 = runs[0]
+    drift = max((abs(float(r["drift_usd"])) for r in runs), default=0.0)
+    return [
+        "Budget drift after in-gateway faults",
+        f"{r0['requests']} requests, sequential: good, unwritable answer (500), stream broken "
+        "inside the gateway, client gone mid-stream",
+        f"{3 * r0['requests'] // 4} failed inside the gateway or abandoned",
+        "-",
+        str(int(drift != 0)),
+        str(max(r["rows_lost"] for r in runs)),
+        f"budget spent - ledger cost = {drift:g} USD (worst run; must be 0); "
+        f"ledger {r0['ledger_cost_usd']} USD",
+    ]
+
+
+def _row_prompt_sizes(runs: list[dict[str, Any]]) -> list[str]:
+    sizes = [x["mb"] for x in runs[0]["sizes"]]
+    worst = {
+        mb: med([x["healthz_ms_max"] for r in runs for x in r["sizes"] if x["mb"] == mb]) for mb in sizes
+    }
+    failed = max(sum(1 for x in r["sizes"] if x["status"] != 200) for r in runs)
+    return [
+        "Huge prompts vs the event loop",
+        "one prompt at a time, one unbroken word (the tokenizer's worst case), no upstream usage; "
+        "/healthz polled every 5 ms",
+        "-",
+        str(len(sizes)),
+        str(failed),
+        "0",
+        f"largest prompt with /healthz < 50 ms: {med([r['largest_mb_under_50ms'] for r in runs]):g} MB; "
+        "slowest /healthz by size (0: a one-word prompt, the machine's baseline): "
+        + ", ".join(f"{mb:g} MB {worst[mb]:.0f} ms" for mb in sizes),
+    ]
+
+
+def _row_slow_bodies(runs: list[dict[str, Any]]) -> list[str]:
+    r0 = runs[0]
+    failed = max(
+        r["clients"]
+        - r["codes"].get("200", 0)
+        + r["stalled"]
+        - r["stalled_408"]
+        + int(r["clients_done_s"] >= r["body_timeout_s"])  # served only once the stall was cut
+        for r in runs
+    )
+    return [
+        f"Slow bodies vs admission (max_in_flight={r0['max_in_flight']})",
+        f"{r0['stalled']} authenticated connections send headers + 1 byte of body, then nothing; "
+        f"{r0['clients']} normal requests meanwhile",
+        f"{r0['stalled']} stalled bodies",
+        "-",
+        str(failed),
+        "0",
+        f"normal requests 200: {_fmt(med([r['codes'].get('200', 0) for r in runs]))}/{r0['clients']}, "
+        f"p50 {_fmt(med([r['client_ms_p50'] for r in runs]), 1)} ms, all done "
+        f"{_fmt(med([r['clients_done_s'] for r in runs]), 2)} s after the stall began; "
+        "stalled cut with 408: "
+        f"{_fmt(med([r['stalled_408'] for r in runs]))}/{r0['stalled']} after "
+        f"{_fmt(med([r['stalled_cut_s'] for r in runs]), 2)} s (body_timeout_s {r0['body_timeout_s']:g})",
+    ]
+
+
+def _row_lying_usage(runs: list[dict[str, Any]]) -> list[str]:
+    r0 = runs[0]
+    return [
+        "Lying upstream usage",
+        'completion_tokens -5, 10^19, null, "12", true, 1.5; JSON and SSE',
+        "-",
+        str(r0["cases"]),
+        str(max(len(r["failed"]) for r in runs)),
+        str(max(r["rows_lost"] for r in runs)),
+        f"rows written, priced and marked estimated: "
+        f"{_fmt(med([r['rows_estimated_and_priced'] for r in runs]))}/{r0['cases']}; "
+        f"switchyard_usage_estimated_total {_fmt(med([r['metric_estimated_total'] for r in runs]))}",
+    ]
+
+
+def _row_deadline_cut(runs: list[dict[str, Any]]) -> list[str]:
+    r0 = runs[0]
+    failed = max(int(not r["ended_with_error_event"]) + int(r["row_status"] != "stream_broken") for r in runs)
+    return [
+        "deadline_s cuts a drip stream",
+        f"a {r0['drip_s']:g} s drip stream (a chunk every 0.2 s) on a route with "
+        f"deadline_s {r0['deadline_s']:g}",
+        "-",
+        "-",
+        str(failed),
+        str(max(r["rows_lost"] for r in runs)),
+        f"cut after {_fmt(med([r['cut_after_s'] for r in runs]), 2)} s with an error event (no [DONE]); "
+        "row stream_broken",
+    ]
+
+
 ROWS = {
     "faults": _row_faults,
     "redis": _row_redis,
@@ -210,6 +341,12 @@ ROWS = {
     "drain": _row_drain,
     "overload": _row_overload,
     "hostile": _row_hostile,
+    "client_leaves": _row_client_leaves,
+    "budget_drift": _row_budget_drift,
+    "prompt_sizes": _row_prompt_sizes,
+    "slow_bodies": _row_slow_bodies,
+    "lying_usage": _row_lying_usage,
+    "deadline_cut": _row_deadline_cut,
 }
 
 
@@ -259,6 +396,47 @@ def newest_full_soak() -> dict[str, Any] | None:
             if data.get("minutes", 0) >= 10 and (best is None or path.name > best["_file"]):
                 best = {**data, "_file": path.name}
     return best
+
+
+HARDENING_NOTES = (
+    "- **Hostile clients and lying upstreams** (issue 14; load_tests/scenarios/hardening.py, the",
+    "  upstream is load_tests/lying_upstream.py): a client that reads 64 KB of a 20 MB stream and",
+    "  closes (the gateway must stop reading the upstream: time to its 499 row and the CPU it",
+    "  spent meanwhile); answers that fail inside the gateway next to good ones (the tenant's",
+    "  budget must equal the sum of its ledger rows); one-word prompts of growing size with /healthz",
+    "  polled; 32 connections that never finish their body against max_in_flight=8 (normal",
+    "  clients must be served; the stalled ones get 408); impossible usage counts from the",
+    "  upstream (every row written, priced, marked estimated); a drip stream longer than the",
+    "  route's deadline_s (cut with an error event).",
+)
+
+
+def merge_rows(old_text: str, new_rows: list[list[str]], note: str) -> str:
+    """``old_text`` (a RESULTS.md) with the table rows of ``new_rows`` replaced by label (the
+    first cell) or, when new, added before the soak rows; ``note`` goes under the title, and
+    the notes on the hardening scenarios are added if missing. For ``--only ... --merge``."""
+    lines = old_text.splitlines()
+    rendered = {row[0]: "| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in new_rows}
+    out: list[str] = []
+    pending = dict(rendered)
+    for line in lines:
+        if line.startswith("| ") and not line.startswith("| scenario") and not line.startswith("| ---"):
+            label = line[2:].split(" | ", 1)[0]
+            if label in rendered:
+                out.append(pending.pop(label, rendered[label]))
+                continue
+            if label.startswith("Soak") and pending:
+                out += list(pending.values())
+                pending.clear()
+        out.append(line)
+    if pending:
+        raise ValueError("no table of scenarios in the old RESULTS.md to merge into")
+    if HARDENING_NOTES[0] not in out:
+        at = next(i for i, ln in enumerate(out) if ln.startswith("- **Soak**"))
+        out[at:at] = list(HARDENING_NOTES)
+    out = [ln for ln in out if not ln.startswith("Rows regenerated by")]
+    out[1:1] = ["", note]
+    return "\n".join(out) + "\n"
 
 
 def render(
@@ -328,6 +506,7 @@ def render(
         "- **Hostile input**: malformed and deeply nested JSON, invalid UTF-8, odd numbers, wrong field",
         "  types, CRLF in model names, malformed raw HTTP, path traversal on /admin and /dashboard with",
         "  the admin and a tenant key, and a body that tries to choose the upstream and its key.",
+        *HARDENING_NOTES,
         "- **Soak**: see `python -m load_tests.soak`; the full run is `--minutes 10`.",
     ]
     return "\n".join(lines) + "\n"
@@ -340,10 +519,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="smaller loads (a smoke run)")
     p.add_argument("--no-durability", action="store_true", help="skip the ledger crash tests (pytest)")
     p.add_argument("--only", nargs="*", choices=sorted(SCENARIOS), help="run only these scenarios")
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --only: replace only those rows in the existing RESULTS.md (no soak, no crash tests)",
+    )
     p.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     args = p.parse_args(argv)
     machine = _machine()
     names = args.only or list(SCENARIOS)
+    if args.merge:
+        if not args.only or not args.out.exists():
+            p.error("--merge needs --only and an existing RESULTS.md")
+        return _merge_run(args, names, machine)
     results: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory(prefix="switchyard-results-") as tmp:
         for run in range(args.runs):
@@ -372,6 +560,30 @@ def main(argv: list[str] | None = None) -> int:
     rows = [ROWS[n](results[n]) for n in names] + [_row_soak(soak, "soak")]
     bad = any(row[4] not in ("0", "-") or row[5] not in ("0", "-") for row in rows)
     return 1 if bad else 0
+
+
+def _merge_run(args: argparse.Namespace, names: list[str], machine: dict[str, Any]) -> int:
+    results: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    with tempfile.TemporaryDirectory(prefix="switchyard-results-") as tmp:
+        for run in range(args.runs):
+            for name in names:
+                t0 = time.monotonic()
+                results[name].append(SCENARIOS[name](Path(tmp) / f"{name}-{run}", args.quick))
+                print(f"run {run + 1}/{args.runs} {name}: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    rows = [ROWS[n](results[n]) for n in names]
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    note = (
+        f"Rows regenerated by `python -m load_tests.results --runs {args.runs} --merge --only "
+        f"{' '.join(names)}` on {stamp} (load average at start {machine.get('loadavg_at_start')}); "
+        "the other rows are from the full run below."
+    )
+    args.out.write_text(merge_rows(args.out.read_text(), rows, note))
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    raw = REPORTS / time.strftime("results-%Y%m%dT%H%M%SZ.json", time.gmtime())
+    raw.write_text(json.dumps({"machine": machine, "results": results, "merged_into": str(args.out)}))
+    print(args.out.read_text())
+    print(f"wrote {args.out} and {raw}", file=sys.stderr)
+    return 1 if any(row[4] not in ("0", "-") or row[5] not in ("0", "-") for row in rows) else 0
 
 
 if __name__ == "__main__":
