@@ -45,8 +45,6 @@ def priced(usage: Usage, price: Price, output_expected: bool) -> Decimal | None:
     return cost
 
 
-
-
 def record(svc: Services, ex: Exchange) -> None:
     """Everything a finished (or refused) request leaves behind: metrics, the budget
     settlement, the trace and its ledger row (whose commit ``durable`` awaits). Once only."""
