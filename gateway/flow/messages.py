@@ -29,7 +29,7 @@ from gateway.flow.metering import durable, record
 from gateway.flow.pipeline import admit, guarded, reserve
 from gateway.flow.reply import Reply, headers
 from gateway.flow.services import Services
-from gateway.flow.stream import END, Frames, on_close, open_first, relay_frames
+from gateway.flow.stream import END, Encoded, Frames, on_close, open_first, relay_frames
 from gateway.flow.upstream import attempt, metered
 from gateway.ledger.meter import estimate_usage
 from gateway.ledger.tokens import count_prompt_tokens
@@ -184,17 +184,13 @@ async def _open_stream(svc: Services, plan: RoutePlan, req: _Request, ex: Exchan
             caching.store(svc, plan, ex, key, orjson.dumps(message))
         return closing
 
-    relayed = relay_frames(
-        svc,
-        plan,
-        ex,
-        stream,
+    encoded = Encoded(
         frames,
-        finish=finish,
+        finish,
         error=lambda exc: frame("error", error_body(exc)),
         usage=lambda: metered(svc, req.counted, None, ex, stream.usage),
     )
-    return Reply(_headers(ex, req), stream=relayed, on_close=close)
+    return Reply(_headers(ex, req), stream=relay_frames(svc, plan, ex, stream, encoded), on_close=close)
 
 
 Answer = Callable[[Usage], dict[str, Any] | None]

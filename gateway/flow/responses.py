@@ -28,7 +28,7 @@ from gateway.flow.metering import durable, record
 from gateway.flow.pipeline import _classify, admit, guarded, reserve
 from gateway.flow.reply import Reply, headers
 from gateway.flow.services import Services
-from gateway.flow.stream import END, Frames, on_close, open_first, relay_frames
+from gateway.flow.stream import END, Encoded, Frames, on_close, open_first, relay_frames
 from gateway.flow.upstream import attempt, estimate, metered
 from gateway.protocols.openai_responses import (
     Item,
@@ -220,13 +220,14 @@ async def _open_stream(svc: Services, plan: RoutePlan, turn: _Turn, ex: Exchange
     native = _native(svc, ex.target)
     close = on_close(svc, ex, stream, lambda: stream.usage or estimate(turn.chat, None, ex, None))
     if native:
-        relayed = _native_relay(svc, plan, cast(ResponsesStream, stream), iterator, first, turn, ex)
+        encoded = _passed_through(svc, cast(ResponsesStream, stream), iterator, first, turn, ex)
     else:
-        relayed = _translated_relay(svc, plan, cast(ChatStream, stream), iterator, first, turn, ex, key)
+        encoded = _translated(svc, plan, cast(ChatStream, stream), iterator, first, turn, ex, key)
+    relayed = relay_frames(svc, plan, ex, stream, encoded)
     return Reply(_headers(ex, turn, native), stream=relayed, on_close=close)
 
 
-def _translated_relay(
+def _translated(
     svc: Services,
     plan: RoutePlan,
     stream: ChatStream,
@@ -235,7 +236,7 @@ def _translated_relay(
     turn: _Turn,
     ex: Exchange,
     key: str | None,
-) -> AsyncIterator[bytes]:
+) -> Encoded:
     """Chat chunks as the typed Responses events; the row committed before response.completed."""
     encoder = EventEncoder(turn.skeleton())
     assembler = StreamAssembler()
@@ -263,27 +264,22 @@ def _translated_relay(
             caching.store(svc, plan, ex, key, orjson.dumps(completion))
         return [frame(event) for event in events]
 
-    return relay_frames(
-        svc,
-        plan,
-        ex,
-        stream,
+    return Encoded(
         frames(),
-        finish=finish,
+        finish,
         error=lambda exc: frame(encoder.error(exc)),
         usage=lambda: stream.usage or estimate(turn.chat, assembler.completion(), ex, None),
     )
 
 
-def _native_relay(
+def _passed_through(
     svc: Services,
-    plan: RoutePlan,
     stream: ResponsesStream,
     iterator: AsyncIterator[tuple[str, bytes, dict[str, Any]]],
     first: tuple[str, bytes, dict[str, Any]],
     turn: _Turn,
     ex: Exchange,
-) -> AsyncIterator[bytes]:
+) -> Encoded:
     """The upstream's typed events as they came (only ``previous_response_id`` put back into
     the Response objects when the gateway resolved the chain); the row committed, and the
     response stored, before the terminal event goes out."""
@@ -316,16 +312,7 @@ def _native_relay(
         event = {"type": "error", "sequence_number": seq[0] + 1, "code": exc.code}
         return frame({**event, "message": exc.message, "param": exc.param})
 
-    return relay_frames(
-        svc,
-        plan,
-        ex,
-        stream,
-        frames(),
-        finish=finish,
-        error=error,
-        usage=lambda: metered(svc, turn.chat, None, ex, stream.usage),
-    )
+    return Encoded(frames(), finish, error, usage=lambda: metered(svc, turn.chat, None, ex, stream.usage))
 
 
 # --------------------------------------------------------------------------- stored responses

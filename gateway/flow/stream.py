@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -110,25 +111,28 @@ async def open_chat_stream(
     return Reply(headers(ex), stream=relay(svc, plan, opened, req, ex, key), on_close=close)
 
 
-END = None  # in the frames handed to relay_frames: the row is committed, closing frames next
+END = None  # in an encoder's frames: the row is committed, the closing frames go out next
 Frames = AsyncGenerator[bytes | None, None]
 
 
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """An upstream stream in the client's protocol, as relay_frames takes it."""
+
+    frames: Frames  # the client's frames, END where the request is done
+    finish: Callable[[], Awaitable[Iterable[bytes]]]  # at END: meter, commit the row -> closing frames
+    error: Callable[[SwitchyardError], bytes]  # the frame of an error that ends the stream
+    usage: Callable[[], Usage]  # what a stream that did not finish is metered with
+
+
 async def relay_frames(
-    svc: Services,
-    plan: RoutePlan,
-    ex: Exchange,
-    stream: Closable,
-    frames: Frames,
-    *,
-    finish: Callable[[], Awaitable[Iterable[bytes]]],
-    error: Callable[[SwitchyardError], bytes],
-    usage: Callable[[], Usage],
+    svc: Services, plan: RoutePlan, ex: Exchange, stream: Closable, encoded: Encoded
 ) -> AsyncIterator[bytes]:
-    """Relay an encoder's ``frames`` to the client. At ``END`` the request is ok: ``finish()``
+    """Relay an encoder's frames to the client. At ``END`` the request is ok: ``finish()``
     meters it, commits its row and returns the closing frames (frames after ``END`` still go
     out). A cut or an upstream error becomes ``error(exc)``'s frame, a bug an internal error's
     frame; a request that did not finish is metered with ``usage()`` (499 when the client left)."""
+    frames, finish, error, usage = encoded.frames, encoded.finish, encoded.error, encoded.usage
     deadline_s = plan.policy.deadline_s
     deadline = ex.started + deadline_s
     ex.status = "client_disconnected"  # until proven otherwise
