@@ -139,6 +139,9 @@ def test_untranslatable_fields_are_refused_by_name(
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"] == param and param in err["message"] and err["type"] == "invalid_request_error"
+    assert err["code"] == (
+        None if param == "stream" else "unsupported_parameter"
+    )  # stream: a wire type error
     assert mock.requests() == []
 
 

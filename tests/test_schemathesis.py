@@ -86,8 +86,11 @@ def assert_acceptable_refusal(body: Any, payload: dict[str, Any]) -> None:
     """Schema-valid bodies the gateway may still refuse with 400: JSON Schema's "integer"
     admits 5.0, which the gateway (like OpenAI) refuses for integer fields, and integers of any
     size, while JSON numbers past 64 bits are refused; and the upstream's own refusals (passed
-    through as upstream_rejected)."""
-    assert strict_number_refusal(body) or refusal_code(payload) == "upstream_rejected", (payload, body)
+    through as upstream_rejected); and on /v1/completions over a chat route, what has no chat
+    equivalent (echo, logprobs, suffix, best_of > 1, token prompts: unsupported_parameter)."""
+    code = refusal_code(payload)
+    legacy = isinstance(body, dict) and "prompt" in body and code == "unsupported_parameter"
+    assert strict_number_refusal(body) or code == "upstream_rejected" or legacy, (payload, body)
 
 
 def v1_operations(api: Any) -> list[Any]:

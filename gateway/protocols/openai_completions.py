@@ -48,7 +48,9 @@ class CompletionRequest(_Open):
 
 def _refuse(field: str, why: str) -> BadRequestError:
     return BadRequestError(
-        f"'{field}' is not supported on /v1/completions through a chat model: {why}", param=field
+        f"'{field}' is not supported on /v1/completions through a chat model: {why}",
+        param=field,
+        code="unsupported_parameter",  # OpenAI's code for a parameter a model does not take
     )
 
 
