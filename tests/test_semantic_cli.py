@@ -64,3 +64,22 @@ def test_train_writes_loadable_weights(tmp_path: Path) -> None:
     verifier = load_verifier(out)
     assert verifier.meta["command"].startswith("switchyard train semcache --pairs pairs.jsonl")
     assert verifier.meta["train_pairs"] > 0 and 0 < verifier.threshold <= 1
+
+
+def test_eval_stream_runs_every_mode_and_prints_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extra = [("How do I reset my password?", "How can I change my password?", 1),
+             ("How can I reset my password?", "How do I reset my email password?", 0)]  # fmt: skip
+    pairs = write_pairs(tmp_path / "pairs.jsonl", PAIRS + extra)
+    assert (
+        main(["eval", "semcache", "--pairs", str(pairs), "--stream", "--min-component", "2", "--json"]) == 0
+    )
+    rows = json.loads(capsys.readouterr().out.strip())
+    assert [(r["mode"], r["judge_recall"]) for r in rows] == [
+        ("static", None), ("online", 1.0), ("online", 0.7), ("online+aliases", 1.0), ("online+aliases", 0.7),
+    ]  # fmt: skip
+    assert all(r["queries"] == 18 and r["wrong"] == 0 for r in rows)  # the traps never hit
+    assert main(["eval", "semcache", "--pairs", str(pairs), "--stream", "--min-component", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| static | - |" in out and "| online+aliases | 0.7 |" in out
