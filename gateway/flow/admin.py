@@ -42,11 +42,12 @@ def list_keys(store: KeyStoreBase, include_revoked: bool) -> list[tuple[KeyRecor
 
 
 def since(text: str) -> float | None:
-    """A report window ("90s", "30m", "24h", "7d" or "all") as a unix start time."""
+    """A report window ("90s", "30m", "24h", "7d" or "all") as seconds back from now (None:
+    everything; a window longer than the epoch is everything too, see ``report._window``)."""
     if text == "all":
         return None
     try:
-        return max(0.0, report.parse_since(text))  # a window longer than the epoch: everything
+        return report.parse_since(text)
     except ValueError as exc:
         raise BadRequestError(str(exc), param="since") from None
 

@@ -71,6 +71,8 @@ def _window(
     since_seconds: float | None, now: float | None, until: float | None, tenant: str | None
 ) -> Window:
     since = None if since_seconds is None else (time.time() if now is None else now) - since_seconds
+    if since is not None and since <= 0:  # a window reaching past the epoch: every row
+        since = None
     return Window(since, until, tenant)
 
 
