@@ -83,7 +83,7 @@ def test_semantic_hits_name_the_model_and_provider(gw: RunningGateway, mock: Moc
 def test_anthropic_sdk_sees_the_headers_on_a_hit(gateway: RunningGateway, mock: MockUpstream) -> None:
     gw = gateway
     with anthropic.Anthropic(base_url=gw.url, api_key=gw.key(), max_retries=0) as client:
-        kw: Any = {"model": "claude", "max_tokens": 50, "messages": HELLO}
+        kw: Any = {"model": "claude", "max_tokens": 50, "messages": HELLO, "extra_body": {"temperature": 0}}
         miss = client.messages.with_raw_response.create(**kw)
         hit = client.messages.with_raw_response.create(**kw)
     assert miss.headers["x-switchyard-cache"] == "miss" and hit.headers["x-switchyard-cache"] == "hit"
