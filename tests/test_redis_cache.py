@@ -250,7 +250,7 @@ def test_redis_down_degrades_to_misses(tmp_path: Path, mock: MockUpstream) -> No
         assert ready.status_code == 503
         assert ready.json() == {
             "status": "not_ready",
-            "checks": {"policy": True, "ledger": True, "redis": False},
+            "checks": {"policy": True, "ledger": True, "models": True, "redis": False},
         }
         assert gw.get("/healthz").status_code == 200  # alive, only not ready
 
@@ -284,7 +284,7 @@ def test_readyz_with_a_live_redis(tmp_path: Path, mock: MockUpstream, redis_serv
     try:
         ready = gw.get("/readyz")
         assert ready.status_code == 200, ready.text
-        assert ready.json()["checks"] == {"policy": True, "ledger": True, "redis": True}
+        assert ready.json()["checks"] == {"policy": True, "ledger": True, "models": True, "redis": True}
     finally:
         gw.stop()
 
