@@ -60,7 +60,9 @@ async def test_record_prices_a_served_request_and_settles_its_reservation(tmp_pa
     assert await metering.durable(ex, "reply") == "reply" and ex.commit is None
 
 
-async def test_record_charges_what_the_ledger_carries_on_error_and_releases_on_a_cache_hit(tmp_path: Path) -> None:
+async def test_record_charges_what_the_ledger_carries_on_error_and_releases_on_a_cache_hit(
+    tmp_path: Path,
+) -> None:
     svc = services(tmp_path)
     for status, cache in (("error", "miss"), ("ok", "hit")):
         ex = exchange()
