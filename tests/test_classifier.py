@@ -344,6 +344,7 @@ def test_policy_simulate_shows_the_order_of_each_decision(
     path.write_text(POLICY.format(classifier="{threshold: 0.3}", selfhosted=""))
     assert main(["policy", "simulate", str(path), "--model", "auto", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)["classifier"]
+    assert got.pop("note").startswith("give --body")  # without a prompt: both orders, no score
     assert got == {
         "threshold": 0.3,
         "strong": ["strong-a", "strong-b", "cheap-a"],
