@@ -91,22 +91,11 @@ class ComplexityClassifier:
     @classmethod
     def load(cls, path: Path | None = None) -> ComplexityClassifier:
         path = path or SHIPPED_WEIGHTS
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ClassifierError(f"cannot read router weights {path}: {exc}") from None
-        if not isinstance(doc, dict):
-            raise ClassifierError(f"{path}: not a JSON object")
-        return cls(doc, str(path))
+        return cls(read_weights(path, "router weights"), str(path))
 
     def check_embedder(self, name: str, dim: int) -> None:
-        """Refuse vectors from an embedder the weights were not trained on. Backends of one
-        model (torch reference, ONNX int8 export) share its vector space and are accepted."""
-        if vector_space(name) != vector_space(self.embedder_name) or dim != self.dim:
-            raise ClassifierError(
-                f"router weights {self.source} were trained on {self.embedder_name} ({self.dim}-d), "
-                f"not {name} ({dim}-d)"
-            )
+        """Refuse vectors from an embedder the weights were not trained on (``check_trained_on``)."""
+        check_trained_on("router weights", self.source, self.embedder_name, self.dim, name, dim)
 
     def score(self, embedding: F32, text: str) -> float:
         """Score of one prompt from its embedding (shape (dim,)) and its text."""
@@ -144,6 +133,24 @@ class ComplexityClassifier:
         """The calibration point at ``threshold`` (the nearest one at or above it)."""
         above = [p for p in self.calibration if p.threshold >= threshold]
         return min(above, key=lambda p: p.threshold) if above else None
+
+
+def read_weights(path: Path, what: str) -> dict[str, Any]:
+    """A weights file's JSON object (``what`` names it in the error: "router weights")."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ClassifierError(f"cannot read {what} {path}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ClassifierError(f"{path}: not a JSON object")
+    return doc
+
+
+def check_trained_on(what: str, source: str, trained: str, dim: int, name: str, got: int) -> None:
+    """Refuse vectors from an embedder the weights were not trained on. Backends of one model
+    (torch reference, ONNX int8 export) share its vector space and are accepted."""
+    if vector_space(name) != vector_space(trained) or got != dim:
+        raise ClassifierError(f"{what} {source} were trained on {trained} ({dim}-d), not {name} ({got}-d)")
 
 
 def vector_space(embedder_name: str) -> str:

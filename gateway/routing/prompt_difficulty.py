@@ -11,14 +11,13 @@ stronger model."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
-from gateway.routing.classifier import ClassifierError, vector_space
+from gateway.routing.classifier import ClassifierError, check_trained_on, read_weights
 from gateway.routing.features import FEATURE_NAMES, feature_matrix
 from gateway.routing.prompt_traits import TRAIT_NAMES, trait_matrix
 
@@ -63,20 +62,10 @@ class PromptDifficulty:
     @classmethod
     def load(cls, path: Path | None = None) -> PromptDifficulty:
         path = path or SHIPPED_PROMPT_DIFFICULTY
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ClassifierError(f"cannot read prompt-difficulty weights {path}: {exc}") from None
-        if not isinstance(doc, dict):
-            raise ClassifierError(f"{path}: not a JSON object")
-        return cls(doc, str(path))
+        return cls(read_weights(path, "prompt-difficulty weights"), str(path))
 
     def check_embedder(self, name: str, dim: int) -> None:
-        if vector_space(name) != vector_space(self.embedder_name) or dim != self.dim:
-            raise ClassifierError(
-                f"prompt-difficulty weights {self.source} were trained on {self.embedder_name} "
-                f"({self.dim}-d), not {name} ({dim}-d)"
-            )
+        check_trained_on("prompt-difficulty weights", self.source, self.embedder_name, self.dim, name, dim)
 
     def scores(self, embeddings: F32, texts: list[str]) -> F64:
         """(n,) scores in (0, 1), higher = needs a stronger model."""

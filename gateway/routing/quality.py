@@ -11,7 +11,6 @@ the route's quality target of the best candidate's."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from gateway.routing.classifier import ClassifierError, vector_space
+from gateway.routing.classifier import ClassifierError, check_trained_on, read_weights
 from gateway.routing.features import FEATURE_NAMES, feature_matrix, text_features
 
 FORMAT: Final = "switchyard-difficulty/1"
@@ -71,20 +70,10 @@ class DifficultyModel:
     @classmethod
     def load(cls, path: Path | None = None) -> DifficultyModel:
         path = path or SHIPPED_DIFFICULTY
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ClassifierError(f"cannot read difficulty weights {path}: {exc}") from None
-        if not isinstance(doc, dict):
-            raise ClassifierError(f"{path}: not a JSON object")
-        return cls(doc, str(path))
+        return cls(read_weights(path, "difficulty weights"), str(path))
 
     def check_embedder(self, name: str, dim: int) -> None:
-        if vector_space(name) != vector_space(self.embedder_name) or dim != self.dim:
-            raise ClassifierError(
-                f"difficulty weights {self.source} were trained on {self.embedder_name} ({self.dim}-d), "
-                f"not {name} ({dim}-d)"
-            )
+        check_trained_on("difficulty weights", self.source, self.embedder_name, self.dim, name, dim)
 
     def difficulty(self, embedding: F32, text: str) -> float:
         if embedding.shape != (self.dim,):
