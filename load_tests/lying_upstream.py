@@ -3,22 +3,54 @@ what the next answers look like (a JSON body, or SSE events with an optional del
 them). It counts the SSE events it managed to write, so a caller can see when the gateway
 stopped reading. Also the hostile clients that go with it: raw connections that never finish
 their body (``stalled_bodies``), the whole answer on such a socket (``answer_of``) and JSON
-nested past any sane depth (``nested``)."""
+nested past any sane depth (``nested``); and ``healthz_while``, the probe that tells whether
+some work stalls the gateway's event loop."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 Json = dict[str, Any]
 CHAT = "/v1/chat/completions"
+T = TypeVar("T")
+
+
+def healthz_while(port: int, work: Callable[[], T], probes: list[float] | None = None) -> tuple[float, T]:
+    """Run ``work()`` while polling the gateway's /healthz every 5 ms on one keep-alive
+    connection: (the slowest /healthz answer in s, what ``work`` returned). Each probe's time
+    is appended to ``probes`` when given."""
+    done, seen = threading.Event(), probes if probes is not None else []
+
+    def poll() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            while not done.is_set():
+                t0 = time.perf_counter()
+                conn.request("GET", "/healthz")
+                conn.getresponse().read()
+                seen.append(time.perf_counter() - t0)
+                time.sleep(0.005)
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    try:
+        time.sleep(0.1)
+        result = work()
+    finally:
+        done.set()
+        thread.join()
+    return max(seen, default=0.0), result
 
 
 def nested(depth: int) -> Any:

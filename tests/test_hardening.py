@@ -21,6 +21,7 @@ from load_tests.lying_upstream import (
     answer_of,
     chat_body,
     chunk,
+    healthz_while,
     lying_policy,
     nested,
     stalled_bodies,
@@ -484,33 +485,6 @@ def test_stream_assembly_is_linear_in_the_chunks() -> None:
     assert big < 8 * 3 * small + 0.2, (small, big)
 
 
-def _healthz_stalls(gw: RunningGateway, work: Any) -> tuple[float, Any]:
-    """Run ``work()`` while polling /healthz; (the slowest /healthz answer in s, its result)."""
-    import threading
-
-    worst = 0.0
-    done = threading.Event()
-
-    def poll() -> None:
-        nonlocal worst
-        with httpx.Client(timeout=30) as c:
-            while not done.is_set():
-                t0 = time.perf_counter()
-                c.get(gw.url + "/healthz")
-                worst = max(worst, time.perf_counter() - t0)
-                time.sleep(0.005)
-
-    thread = threading.Thread(target=poll)
-    thread.start()
-    try:
-        time.sleep(0.1)
-        result = work()
-    finally:
-        done.set()
-        thread.join()
-    return worst, result
-
-
 @pytest.mark.parametrize("size_mb", [2, 6])
 def test_a_huge_prompt_does_not_stall_the_loop(tmp_path: Path, liar: LyingUpstream, size_mb: int) -> None:
     liar.json = chat_body("ok", usage=None)  # no usage: the gateway counts the prompt itself
@@ -521,7 +495,7 @@ def test_a_huge_prompt_does_not_stall_the_loop(tmp_path: Path, liar: LyingUpstre
         count_text("warm", "lying-model")  # the encoding loads once per process (not measured)
         big = "x" * (size_mb * 1024 * 1024)  # no spaces: the tokenizer's worst case
         body = {"model": "lie", "messages": [{"role": "user", "content": big}], "max_tokens": 8}
-        worst, r = _healthz_stalls(gw, lambda: gw.post(CHAT, body, tenant="capped"))
+        worst, r = healthz_while(gw.port, lambda: gw.post(CHAT, body, tenant="capped"))
         assert r.status_code == 200, r.text
         row = next(x for x in gw.ledger_rows() if x["tenant"] == "capped")
         assert row["usage_estimated"] and row["input_tokens"] > 100_000

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import os
 import statistics
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from load_tests.lying_upstream import (
     answer_of,
     chat_body,
     chunk,
+    healthz_while,
     lying_policy,
     nested,
     stalled_bodies,
@@ -177,7 +177,7 @@ def run_prompt_sizes(work: Path, sizes_mb: tuple[float, ...] = (0, 0.25, 0.5, 1,
                 body = {"model": "lie", "messages": [{"role": "user", "content": big}], "max_tokens": 8}
                 probes: list[float] = []
                 t0 = time.perf_counter()
-                worst, status = _while_polling(gw, probes, lambda b=body: _post(gw, b).status_code)  # type: ignore[misc]
+                worst, status = healthz_while(gw.port, lambda b=body: _post(gw, b).status_code, probes)  # type: ignore[misc]
                 out.append(
                     {
                         "mb": mb,
@@ -192,28 +192,6 @@ def run_prompt_sizes(work: Path, sizes_mb: tuple[float, ...] = (0, 0.25, 0.5, 1,
             return {"sizes": out, "largest_mb_under_50ms": max(fast) if fast else 0}
         finally:
             gw.stop()
-
-
-def _while_polling(gw: ServedGateway, probes: list[float], work: Callable[[], int]) -> tuple[float, int]:
-    done = threading.Event()
-
-    def poll() -> None:
-        with httpx.Client(timeout=30) as c:
-            while not done.is_set():
-                t0 = time.perf_counter()
-                c.get(gw.url + "/healthz")
-                probes.append(time.perf_counter() - t0)
-                time.sleep(0.005)
-
-    thread = threading.Thread(target=poll)
-    thread.start()
-    try:
-        time.sleep(0.1)
-        status = work()
-    finally:
-        done.set()
-        thread.join()
-    return max(probes, default=0.0), status
 
 
 # ----------------------------------------------------------------------------- class 7
