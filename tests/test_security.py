@@ -98,6 +98,10 @@ def test_no_admin_endpoint_answers_a_tenant_key(gateway: RunningGateway) -> None
     ]
     probes += [("GET", "/dashboard"), ("POST", "/admin/policy/reload")]
     assert ("POST", "/admin/policy/reload") in probes
+    # The sign-in form is public by design (it shows nothing but the form); signing in with a
+    # tenant key (POST) is still probed below.
+    probes = [p for p in probes if p != ("GET", "/dashboard/login")]
+    assert ("POST", "/dashboard/login") in probes
     tenant = gateway.headers("team-a")
     import httpx2 as httpx
 
@@ -112,8 +116,17 @@ def test_no_admin_endpoint_answers_a_tenant_key(gateway: RunningGateway) -> None
                     r.status_code,
                     r.text[:200],
                 )
-            ok = client.request(method, gateway.url + path, headers={"authorization": f"Bearer {ADMIN_KEY}"})
+            if (method, path) == ("POST", "/dashboard/login"):  # the sign-in form takes the key in its body
+                # (a client of its own: the admin's session cookie must not reach later probes)
+                forged = httpx.post(gateway.url + path, data={"key": gateway.key("team-a")})
+                assert forged.status_code == 401 and "set-cookie" not in forged.headers, forged.status_code
+                ok = httpx.post(gateway.url + path, data={"key": ADMIN_KEY})
+            else:
+                ok = client.request(
+                    method, gateway.url + path, headers={"authorization": f"Bearer {ADMIN_KEY}"}
+                )
             assert ok.status_code not in (401, 403), (method, path, "the admin key itself is refused")
+            client.cookies.clear()  # the dashboard's session cookie the admin got must not reach the next probes
 
 
 # ----------------------------------------------------------------------------- tenant isolation
