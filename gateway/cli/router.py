@@ -120,6 +120,7 @@ def _data_files(specs: list[str]) -> list[Path]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from gateway.cli.router_irt import fit_and_write
     from gateway.lab.batch_embed import cached_encode, load_embedders
     from gateway.lab.router_train import train_router
 
@@ -145,8 +146,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         + ([f"--length-prior {args.length_prior:g}"] if args.length_prior is not None else [])
     )
     extra = {k: v for k, v in (("alpha", args.alpha), ("length_prior", args.length_prior)) if v is not None}
-    try:
-        doc = train_router(
+    return fit_and_write(
+        args.out,
+        lambda: train_router(
             files,
             lambda texts: cached_encode(texts, embedders, Path(args.cache) if args.cache else None),
             embedder_name=embedders[0].name,
@@ -155,14 +157,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             command=command,
             log=lambda m: print(m, file=sys.stderr),
             **extra,
-        )
-    except ValueError as exc:
-        return _fail(str(exc))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {out}", file=sys.stderr)
-    return 0
+        ),
+    )
 
 
 def _cross_task(args: argparse.Namespace, files: list[Path], embedders: list[Embedder]) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,20 @@ from typing import Any
 def _fail(msg: str) -> int:
     print(f"error: {msg}", file=sys.stderr)
     return 2
+
+
+def fit_and_write(out: str, fit: Callable[[], dict[str, Any]]) -> int:
+    """Run a training ``fit`` and write the weights it returns to ``out`` (a ValueError is the
+    data's fault: exit 2 with its message)."""
+    try:
+        doc = fit()
+    except ValueError as exc:
+        return _fail(str(exc))
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
 
 
 def train(args: argparse.Namespace, files: list[Path], embedders: list[Any]) -> int:
@@ -28,22 +43,17 @@ def train(args: argparse.Namespace, files: list[Path], embedders: list[Any]) -> 
         [*(f"--data {d}" for d in args.data), f"--out {args.out}"]
         + ([f"--seed {args.seed}"] if args.seed else [])
     )
-    try:
-        doc = train_difficulty(
+    return fit_and_write(
+        args.out,
+        lambda: train_difficulty(
             files,
             lambda texts: cached_encode(texts, embedders, Path(args.cache) if args.cache else None),
             embedder_name=embedders[0].name,
             seed=args.seed,
             command=command,
             log=lambda m: print(m, file=sys.stderr),
-        )
-    except ValueError as exc:
-        return _fail(str(exc))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {out}", file=sys.stderr)
-    return 0
+        ),
+    )
 
 
 def train_prompt(args: argparse.Namespace, files: list[Path], embedders: list[Any]) -> int:
@@ -54,21 +64,16 @@ def train_prompt(args: argparse.Namespace, files: list[Path], embedders: list[An
     command = "switchyard train router --prompt-difficulty " + " ".join(
         [*(f"--data {d}" for d in args.data), f"--out {args.out}"]
     )
-    try:
-        doc = train_prompt_difficulty(
+    return fit_and_write(
+        args.out,
+        lambda: train_prompt_difficulty(
             files,
             lambda texts: cached_encode(texts, embedders, Path(args.cache) if args.cache else None),
             embedder_name=embedders[0].name,
             command=command,
             log=lambda m: print(m, file=sys.stderr),
-        )
-    except ValueError as exc:
-        return _fail(str(exc))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {out}", file=sys.stderr)
-    return 0
+        ),
+    )
 
 
 def check_families(spec: str) -> tuple[str, ...]:
