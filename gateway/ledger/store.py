@@ -36,6 +36,7 @@ from typing import Any
 
 from gateway.core.ledger_row import LedgerRow
 from gateway.ledger import rollup
+from gateway.ledger.checkpoint import Checkpointer, writer_settings
 from gateway.ledger.query import spent_since
 from gateway.ledger.sqlite import (
     BUSY_TIMEOUT_MS,
@@ -113,6 +114,7 @@ class SQLiteLedger:
         flush_interval: float = 0.05,
         max_pending: int = 1_000_000,
         wait_timeout: float = 5.0,
+        background_checkpoints: bool = True,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -135,6 +137,8 @@ class SQLiteLedger:
         self._failing = False
         self.last_error: str | None = None
         self._committed_hook: Any = None  # called (in the writer thread) after each commit
+        self._checkpointer: Checkpointer | None = None  # WAL checkpoints off the commit path
+        self._background_checkpoints = background_checkpoints  # False: SQLite's, inside commits
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -149,10 +153,15 @@ class SQLiteLedger:
         conn = connect(self.path, check_same_thread=False)
         try:
             migrate(conn)
+            if self._background_checkpoints:
+                writer_settings(conn)
         except BaseException:
             conn.close()
             raise
         self._conn = conn
+        if self._background_checkpoints:
+            self._checkpointer = Checkpointer(self.path, lambda p: connect(p, check_same_thread=False))
+            self._checkpointer.start()
         self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
         self._thread.start()
 
@@ -168,6 +177,8 @@ class SQLiteLedger:
         self._wake.set()
         self._urgent.set()
         thread = self._thread
+        if self._checkpointer is not None:
+            self._checkpointer.stop(max(0.0, deadline - time.monotonic()))
         if thread is not None:
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
@@ -303,8 +314,11 @@ class SQLiteLedger:
             for marker in markers:
                 marker.done.set()
             hook = self._committed_hook
-            if batch and hook is not None:
-                hook()
+            if batch:
+                if self._checkpointer is not None:
+                    self._checkpointer.committed()
+                if hook is not None:
+                    hook()
 
     @staticmethod
     def _release(waiters: list[asyncio.Future[bool]], committed: bool) -> None:
