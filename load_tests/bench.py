@@ -20,6 +20,8 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -256,6 +258,7 @@ def bench(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
             if gateway is not None:
                 time.sleep(IDLE_SETTLE_S)  # the load is over: what stays is what the gateway keeps
                 memory["after_load"] = memory_mb(gateway.proc.pid)
+                memory["exact_cache_mb"] = exact_cache_mb(gateway.url)
                 gateway_info["log_tail"] = gateway.log_tail(1000)
             if floor is not None:
                 memory["floor_after_load"] = memory_mb(floor.proc.pid)
@@ -304,6 +307,19 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
+def exact_cache_mb(url: str) -> float | None:
+    """What the gateway's in-process exact cache holds (``switchyard_exact_cache_bytes``), MB."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=5.0) as resp:
+            text = resp.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None
+    for line in text.splitlines():
+        if line.startswith("switchyard_exact_cache_bytes"):
+            return round(float(line.rsplit(" ", 1)[1]) / 1e6, 1)
+    return None
+
+
 def memory_summary(samples: dict[str, Any]) -> dict[str, Any]:
     """The gateway's RSS idle (after boot), after the load (once quiet) and its peak (VmHWM),
     in MB, and the after/idle ratio; the floor's RSS for comparison."""
@@ -313,9 +329,14 @@ def memory_summary(samples: dict[str, Any]) -> dict[str, Any]:
         "after_load_mb": after["rss_mb"] if after else None,
         "peak_mb": after["peak_mb"] if after else None,
         "floor_mb": (samples.get("floor_after_load") or {}).get("rss_mb"),
+        "exact_cache_mb": samples.get("exact_cache_mb"),
     }
-    out["after_over_idle"] = (
-        round(out["after_load_mb"] / out["idle_mb"], 3) if out["idle_mb"] and out["after_load_mb"] else None
+    idle_mb, after_mb, cache_mb = out["idle_mb"], out["after_load_mb"], out["exact_cache_mb"]
+    out["after_over_idle"] = round(after_mb / idle_mb, 3) if idle_mb and after_mb else None
+    # what stays after the load besides the answers the exact cache keeps (bounded by max_bytes)
+    out["after_less_cache_mb"] = round(after_mb - cache_mb, 1) if after_mb and cache_mb is not None else None
+    out["after_less_cache_over_idle"] = (
+        round(out["after_less_cache_mb"] / idle_mb, 3) if idle_mb and out["after_less_cache_mb"] else None
     )
     return out
 

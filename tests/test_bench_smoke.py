@@ -49,9 +49,12 @@ def test_bench_quick_reports_every_scenario(tmp_path: Path) -> None:
                 assert isinstance(summary[metric], float | int) and summary[metric] > 0, (name, side, metric)
     assert report["scenarios"]["closed_32_hit"]["gateway"]["header_counts"].get("hit", 0) > 0
     rows = {(r["scenario"], r["metric"]): r for r in report["rows"]}
-    assert len(rows) == len(report["rows"]) == 14 and "| scenario |" in proc.stdout
+    assert len(rows) == len(report["rows"]) == 16 and "| scenario |" in proc.stdout
     # the pass-through floor ran in the same run, and the gateway's RSS was sampled
     assert rows[("closed_32_miss", "throughput / floor")]["ratio"] > 0
     assert rows[("closed_32_miss", "server CPU / request")]["gateway"] > 0
     memory = report["memory"]
     assert 0 < memory["idle_mb"] <= memory["peak_mb"] and memory["after_load_mb"] > 0
+    # the exact cache's share is read from the gateway's own gauge (the hits filled it)
+    assert 0 < memory["exact_cache_mb"] < memory["after_load_mb"]
+    assert memory["after_less_cache_mb"] == round(memory["after_load_mb"] - memory["exact_cache_mb"], 1)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import random
+import secrets
+import sys
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -12,11 +15,7 @@ from gateway.cache import exact
 from gateway.cache.exact import MemoryCache
 from gateway.cache.keys import canonical_key, is_deterministic
 
-OVERHEAD = 64  # bytes of bookkeeping charged per entry, on top of key and value
-
-
-def cost(key: str, value: bytes) -> int:
-    return len(key) + len(value) + OVERHEAD
+cost = exact.entry_cost  # the key's and value's objects plus the entry's bookkeeping
 
 
 class Clock:
@@ -41,16 +40,17 @@ async def test_get_set_and_size() -> None:
     await c.set("a", b"hello", ttl=60)
     assert await c.get("a") == b"hello"
     assert len(c) == 1
-    assert c.size_bytes == cost("a", b"hello") == 70
+    assert c.size_bytes == cost("a", b"hello") > len("a") + len(b"hello")
     assert await c.ping() is True
 
 
 async def test_lru_eviction_order() -> None:
-    v = b"x" * 36  # each entry costs 1 + 36 + 64 = 101 bytes
-    c = MemoryCache(max_bytes=3 * 101, max_entry_bytes=1_000)
+    v = b"x" * 36
+    one = cost("a", v)  # every one-letter key costs the same
+    c = MemoryCache(max_bytes=3 * one, max_entry_bytes=1_000)
     for k in "abc":
         await c.set(k, v, ttl=60)
-    assert len(c) == 3 and c.size_bytes == 303
+    assert len(c) == 3 and c.size_bytes == 3 * one
     assert await c.get("a") == v  # a is now the most recently used: b is the oldest
     await c.set("d", v, ttl=60)
     assert await c.get("b") is None
@@ -59,16 +59,17 @@ async def test_lru_eviction_order() -> None:
     await c.set("e", v, ttl=60)
     assert await c.get("a") is None
     assert {k for k in "abcde" if k in c._data} == {"c", "d", "e"}
-    assert c.size_bytes == 303
+    assert c.size_bytes == 3 * one
 
 
 async def test_a_large_entry_evicts_as_many_as_needed() -> None:
-    c = MemoryCache(max_bytes=400, max_entry_bytes=400)
+    small, big = cost("a", b"y" * 10), cost("big", b"z" * 200)
+    c = MemoryCache(max_bytes=small + big, max_entry_bytes=big)
     for k in "abcd":
-        await c.set(k, b"y" * 10, ttl=60)  # 75 each, 300 total
-    await c.set("big", b"z" * 200, ttl=60)  # 267: a, b and c must go (300 + 267 - 3*75 = 342)
+        await c.set(k, b"y" * 10, ttl=60)
+    await c.set("big", b"z" * 200, ttl=60)  # a, b and c must go: 4 small + big - 3 small fits
     assert [k in c._data for k in ("a", "b", "c", "d", "big")] == [False, False, False, True, True]
-    assert c.size_bytes == 75 + 267
+    assert c.size_bytes == small + big
 
 
 async def test_overwrite_keeps_accounting_exact() -> None:
@@ -83,13 +84,34 @@ async def test_overwrite_keeps_accounting_exact() -> None:
 
 async def test_overwrite_moves_the_entry_to_most_recent() -> None:
     v = b"v" * 36
-    c = MemoryCache(max_bytes=2 * 101, max_entry_bytes=1_000)
+    c = MemoryCache(max_bytes=2 * cost("a", v), max_entry_bytes=1_000)
     await c.set("a", v, ttl=60)
     await c.set("b", v, ttl=60)
     await c.set("a", v, ttl=60)  # refresh a: b is the oldest now
     await c.set("c", v, ttl=60)
     assert await c.get("b") is None
     assert await c.get("a") == v
+
+
+@pytest.mark.parametrize("value_bytes", [200, 1_000, 8_000])
+async def test_accounted_bytes_are_the_memory_the_entries_hold(value_bytes: int) -> None:
+    """``max_bytes`` bounds the real memory: the accounted size is within 10% of what the
+    entries allocate (tracemalloc), for answers of a few hundred bytes to several KB. The
+    old charge (payload + 64 B) left small entries ~25% under their real cost."""
+    c = MemoryCache(max_bytes=1 << 40, max_entry_bytes=1 << 30)
+    keys = [secrets.token_hex(32) for _ in range(3_000)]  # cache keys are 64-hex digests
+    values = [secrets.token_bytes(value_bytes) for _ in keys]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for k, v in zip(keys, values, strict=True):
+            await c.set(k, v, ttl=60)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # the keys' and values' objects existed before: what the cache added is its bookkeeping
+    real = held + sum(map(sys.getsizeof, keys)) + sum(map(sys.getsizeof, values))
+    assert abs(c.size_bytes - real) <= 0.10 * real, (c.size_bytes, real)
 
 
 async def test_accounting_never_drifts_under_random_operations(clock: Clock) -> None:
@@ -140,18 +162,20 @@ async def test_overwrite_renews_the_ttl(clock: Clock) -> None:
 
 
 async def test_oversized_entry_is_skipped() -> None:
-    c = MemoryCache(max_bytes=10_000, max_entry_bytes=100)
-    await c.set("k", b"x" * (100 - 1 - OVERHEAD), ttl=60)  # exactly at the limit: kept
+    limit = cost("k", b"x" * 50)
+    c = MemoryCache(max_bytes=10_000, max_entry_bytes=limit)
+    await c.set("k", b"x" * 50, ttl=60)  # exactly at the limit: kept
     assert await c.get("k") is not None
-    await c.set("big", b"x" * (100 - 3 - OVERHEAD + 1), ttl=60)  # one byte over
+    await c.set("big", b"x" * (limit - cost("big", b"") + 1), ttl=60)  # one byte over
     assert await c.get("big") is None
-    assert len(c) == 1 and c.size_bytes == 100
+    assert len(c) == 1 and c.size_bytes == limit
 
 
 async def test_oversized_overwrite_drops_the_stale_value() -> None:
-    c = MemoryCache(max_bytes=10_000, max_entry_bytes=200)
+    c = MemoryCache(max_bytes=10_000, max_entry_bytes=600)
     await c.set("k", b"old answer", ttl=60)
-    await c.set("k", b"x" * 500, ttl=60)  # a newer answer too large to keep
+    assert await c.get("k") == b"old answer"
+    await c.set("k", b"x" * 1_000, ttl=60)  # a newer answer too large to keep
     assert await c.get("k") is None
     assert len(c) == 0 and c.size_bytes == 0
 

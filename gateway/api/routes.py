@@ -188,6 +188,9 @@ async def metrics(request: Request) -> Response:
     m = svc.metrics
     m.ledger_pending.set(svc.ledger.pending())
     m.ledger_outbox.set(svc.ledger.outbox_rows())
+    held = svc.cache.held_bytes()
+    if held is not None:
+        m.exact_cache_bytes.set(held)
     for model, breaker_state in svc.breakers.states().items():
         m.breaker_open.labels(model).set(1 if breaker_state == "open" else 0)
     await admin.export_budget_gauges(svc)

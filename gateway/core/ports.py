@@ -91,6 +91,10 @@ class ExactCache(Protocol):
 
     async def ping(self) -> bool: ...
 
+    def held_bytes(self) -> int | None:
+        """Memory the entries hold in this process (None: they live elsewhere, e.g. Redis)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

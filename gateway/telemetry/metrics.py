@@ -208,6 +208,12 @@ class Metrics:
             registry=r,
             multiprocess_mode="sum",
         )
+        self.exact_cache_bytes = Gauge(
+            "switchyard_exact_cache_bytes",
+            "Memory the in-process exact cache's entries hold (bounded by cache.max_bytes)",
+            registry=r,
+            multiprocess_mode="sum",  # one cache per worker
+        )
         self.ledger_outbox = Gauge(
             "switchyard_ledger_outbox_rows",
             "Ledger rows committed to the local outbox, waiting to be shipped to PostgreSQL",
