@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from gateway.api.auth import require_admin
@@ -55,17 +56,7 @@ def state_of(request: Request) -> AppState:
 async def _json_body(request: Request, limit: int, length: str | None) -> Any:
     if length is not None and length.isdigit() and int(length) > limit:
         raise PayloadTooLargeError(f"Request body of {length} bytes is over the limit of {limit} bytes")
-    if length is not None and length.isdigit():
-        raw = await request.body()
-    else:
-        parts: list[bytes] = []
-        size = 0
-        async for part in request.stream():
-            size += len(part)
-            if size > limit:
-                raise PayloadTooLargeError(f"Request body is over the limit of {limit} bytes")
-            parts.append(part)
-        raw = b"".join(parts)
+    raw = await _read_body(request, limit)
     if not raw:
         raise BadRequestError("The request body is empty; send a JSON object")
     try:
@@ -78,6 +69,28 @@ async def _json_body(request: Request, limit: int, length: str | None) -> Any:
         ) from None
     check_depth(raw, data)  # one nesting limit at the door (protocols.openai_chat.MAX_JSON_DEPTH)
     return data
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The whole body, straight from ASGI ``receive`` (Starlette's ``Request.body`` goes
+    through an async generator per request), refused past ``limit`` bytes as it arrives."""
+    receive = request.receive
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        part = message.get("body", b"")
+        size += len(part)
+        if size > limit:
+            raise PayloadTooLargeError(f"Request body is over the limit of {limit} bytes")
+        parts.append(part)
+        if not message.get("more_body", False):
+            break
+    raw = parts[0] if len(parts) == 1 else b"".join(parts)
+    request._body = raw  # what Request.body() would have kept, for anything reading it later
+    return raw
 
 
 def render(reply: Reply) -> Response:

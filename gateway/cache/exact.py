@@ -57,15 +57,19 @@ class MemoryCache:
         return value
 
     async def set(self, key: str, value: bytes, ttl: float) -> None:
+        self.set_nowait(key, value, ttl)
+
+    def set_nowait(self, key: str, value: bytes, ttl: float) -> bool:
         cost = entry_cost(key, value)
         if key in self._data:
             self._drop(key)  # even when the new value is not kept: never serve the older one
         if cost > self._max_entry:
-            return
+            return True
         self._data[key] = (time.monotonic() + ttl, value)
         self._bytes += cost
         while self._bytes > self._max_bytes and self._data:
             self._drop(next(iter(self._data)))
+        return True
 
     def _drop(self, key: str) -> None:
         _, value = self._data.pop(key)
@@ -138,6 +142,9 @@ class RedisCache:
 
     def held_bytes(self) -> int | None:
         return None  # the entries live in Redis
+
+    def set_nowait(self, key: str, value: bytes, ttl: float) -> bool:
+        return False  # a network round trip: awaited in the background (``set``)
 
     async def ping(self) -> bool:
         try:

@@ -89,6 +89,10 @@ class ExactCache(Protocol):
 
     async def set(self, key: str, value: bytes, ttl: float) -> None: ...
 
+    def set_nowait(self, key: str, value: bytes, ttl: float) -> bool:
+        """Store at once when the backend needs no I/O (in-process); False: await ``set``."""
+        ...
+
     async def ping(self) -> bool: ...
 
     def held_bytes(self) -> int | None:

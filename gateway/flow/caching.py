@@ -98,11 +98,12 @@ async def semantic_get(
 
 
 def store(svc: Services, plan: RoutePlan, ex: Exchange, key: str, payload: bytes) -> None:
-    """Store a fresh answer: the exact cache in the background, the semantic cache (when this
-    request looked it up and missed) in place."""
+    """Store a fresh answer: the exact cache at once (in-process) or in the background (Redis),
+    the semantic cache (when this request looked it up and missed) in place."""
     ttl = plan.policy.cache.ttl_s or svc.policy.cache.ttl_s
     payload = wrap(payload, ex.target)
-    svc.tasks.spawn(svc.cache.set(key, payload, ttl))
+    if not svc.cache.set_nowait(key, payload, ttl):
+        svc.tasks.spawn(svc.cache.set(key, payload, ttl))
     if ex.semantic is not None and not ex.semantic.lookup.hit:
         sem_ttl = plan.policy.semantic_cache.ttl_s or ttl
         try:
