@@ -49,6 +49,7 @@ class Monitor:
                     self.commands.append(cmd["command"].split()[0].upper())
 
     def __enter__(self) -> Monitor:
+        time.sleep(0.3)  # what the previous requests settle in the background lands before
         self._thread.start()
         assert self._ready.wait(5)
         time.sleep(0.1)
@@ -103,6 +104,16 @@ def test_a_metered_request_costs_one_admission_and_one_settlement(
             ask("question 0")  # an exact-cache hit: admitted (its reservation given back)
             sent = mon.wait_for(2)
         assert sent == ["EVALSHA"] * 2, sent
+        # the agents' surfaces too: Anthropic Messages and OpenAI Responses admit and reserve
+        # in one round trip (they took two, rate limits then reservation, before)
+        anthropic = {"model": "metered", "max_tokens": 8, "messages": [{"role": "user", "content": "hi A"}]}
+        responses = {"model": "metered", "input": "hi R", "max_output_tokens": 16, "store": False}
+        for path, body in (("/v1/messages", anthropic), ("/v1/responses", responses)):
+            with Monitor(prefix) as mon:
+                r = gw.post(path, body, tenant=tenant)
+                assert r.status_code == 200, (path, r.text)
+                sent = mon.wait_for(2)
+            assert sent == ["EVALSHA"] * 2, (path, sent)
     finally:
         gw.stop()
     import sqlite3
@@ -114,7 +125,7 @@ def test_a_metered_request_costs_one_admission_and_one_settlement(
         ).fetchall()
     finally:
         conn.close()
-    assert [r[1] for r in rows].count("hit") == 1 and len(rows) == 5
+    assert [r[1] for r in rows].count("hit") == 1 and len(rows) == 7
     spent = sum(to_nanos(Decimal(str(r[0]))) for r in rows if r[1] != "hit")
     assert spent > 0
     client = redis.Redis.from_url(REDIS_URL)

@@ -75,7 +75,8 @@ async def messages(svc: Services, body: dict[str, Any], forwarded: Mapping[str, 
     async with guarded(svc, ex):
         if cache_breakpoints(body) > MAX_BREAKPOINTS:
             raise BadRequestError(f"A request may carry at most {MAX_BREAKPOINTS} cache_control breakpoints")
-        plan = await admit(svc, body["model"], ex, "chat")
+        # the reservation is taken in the admission's round trip (Redis), on the body as sent
+        plan = await admit(svc, body["model"], ex, "chat", body, with_params=False)
         ex.conversation = conversation_key(ex.principal.tenant, plan.name, body)
         key = _cache_key(svc, plan, req, ex)
         if key is not None and ex.cache == "miss":

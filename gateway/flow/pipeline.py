@@ -87,18 +87,26 @@ async def passthrough(svc: Services, endpoint: str, body: dict[str, Any], ex: Ex
 
 # --------------------------------------------------------------------------- steps
 async def admit(
-    svc: Services, model: object, ex: Exchange, kind: str, body: dict[str, Any] | None = None
+    svc: Services,
+    model: object,
+    ex: Exchange,
+    kind: str,
+    body: dict[str, Any] | None = None,
+    *,
+    with_params: bool = True,
 ) -> RoutePlan:
     """Route the request, then apply the rate limits. With shared (Redis) limits and the
-    request's ``body``, the budget reservation ``reserve`` will need is taken in the same
-    round trip (routes with a classifier excepted: their plan is known only later)."""
+    request's ``body`` (as ``reserve`` will be given it: the route's params applied here
+    unless ``with_params`` is False), the budget reservation ``reserve`` will need is taken
+    in the same round trip (routes with a classifier excepted: their plan is known only later)."""
     plan = ex.plan = svc.router.plan(model, ex.principal, kind)
     who = ex.principal
     if body is None or plan.auto is not None or not svc.limits.shared:
         await svc.limits.admit(svc.policy, who.tenant, who.key_id)
         return plan
     cands = _candidates(svc, plan, ex)[1]
-    body = apply_params(body, plan.policy.params)
+    if with_params:
+        body = apply_params(body, plan.policy.params)
     ex.reservation = await svc.limits.admit(svc.policy, who.tenant, who.key_id, body=body, candidates=cands)
     return plan
 

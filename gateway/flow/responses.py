@@ -139,7 +139,7 @@ async def create(svc: Services, body: dict[str, Any], ex: Exchange) -> Reply:
     ex.endpoint, ex.requested, ex.stream = "responses", str(body["model"]), bool(body.get("stream"))
     async with guarded(svc, ex):
         turn = await _turn(svc, body, ex)
-        plan = await admit(svc, body["model"], ex, "chat")
+        plan = await admit(svc, body["model"], ex, "chat", turn.chat)  # + the reservation (Redis)
         # a previous_response_id chain keeps its leading messages, so it keeps its model too
         ex.conversation = conversation_key(ex.principal.tenant, plan.name, turn.chat)
         chat = turn.chat = apply_params(turn.chat, plan.policy.params)
