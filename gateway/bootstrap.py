@@ -25,10 +25,11 @@ from gateway.flow.services import Services, TaskOwner
 from gateway.ledger.open import open_ledger
 from gateway.ledger.responses import open_response_store
 from gateway.ledger.tokens import count_prompt_tokens
-from gateway.limits.gate import Limits, prompt_token_bound
+from gateway.limits.gate import Limits
 from gateway.limits.keys import KeyCache, KeyStoreBase
 from gateway.limits.redis_store import RedisStore
 from gateway.limits.stores import open_key_store
+from gateway.limits.worst_case import prompt_token_bound
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.openai_compat import OpenAICompatProvider
 from gateway.providers.replicated import ReplicatedProvider

@@ -23,7 +23,8 @@ from gateway.limits.budgets import (
     to_nanos,
     worst_case_nanos,
 )
-from gateway.limits.gate import Candidate, Limits, prompt_token_bound
+from gateway.limits.gate import Candidate, Limits
+from gateway.limits.worst_case import prompt_token_bound
 from load_tests.mock_upstream import MockUpstream
 from tests.gateway_harness import RunningGateway, mock_policy, start_gateway
 from tests.limits_helpers import HELLO, fire, ledger_cost

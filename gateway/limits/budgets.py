@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from gateway.config.policy import BudgetPolicy, Policy
 from gateway.core.errors import RateLimitError
@@ -177,3 +177,17 @@ class MemoryBook:
         now = time.time()
         current = {period_bounds("day", now)[0], period_bounds("month", now)[0]}
         self._spent = {k: v for k, v in self._spent.items() if k.rsplit(":", 1)[1] in current}
+
+
+def status_row(line: BudgetLine, spent: int) -> dict[str, Any]:
+    """One budget's limit, spent (reserved included) and remaining USD, as reports show it."""
+    return {
+        "scope": line.scope,
+        "name": line.name,
+        "period": line.period,
+        "period_id": line.period_id,
+        "limit_usd": from_nanos(line.limit),
+        "spent_usd": from_nanos(spent),
+        "remaining_usd": from_nanos(max(0, line.limit - spent)),
+        "resets_at": line.ends_at,
+    }

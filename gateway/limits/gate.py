@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-import orjson
-
 from gateway.config.policy import BudgetPolicy, Policy, RoutePolicy
 from gateway.core.errors import ServiceUnavailableError
 from gateway.core.ports import Spawn, TaskHandle
@@ -38,50 +36,24 @@ from gateway.limits.budgets import (
     Scope,
     budget_lines,
     exceeded,
-    from_nanos,
     period_bounds,
+    status_row,
     to_nanos,
 )
 from gateway.limits.keys import KeyLimits
 from gateway.limits.plans import Candidate, LimitPlans
 from gateway.limits.ratelimit import BucketCheck, MemoryBuckets, refused
 from gateway.limits.redis_store import RedisStore
+from gateway.limits.worst_case import (
+    EXACT_PROMPT_BYTES,
+    output_multiplier,
+    prompt_token_bound,
+    requested_max_output,
+)
 
 log = logging.getLogger("switchyard")
 KEY_LIMITS_TTL_S: Final = 5.0
-# Prompts larger than this (JSON bytes) reserve their byte bound instead of a tokenizer count:
-# tokenizing megabytes on the event loop would stall every other request.
-EXACT_PROMPT_BYTES: Final = 64 * 1024
 NO_LIMITS: Final = KeyLimits()
-
-
-def prompt_token_bound(body: Mapping[str, Any], model: str = "") -> int:
-    """A cheap upper bound of the prompt's tokens: the bytes of its JSON (a BPE token covers at
-    least one byte, and the JSON framing outweighs the per-message token overhead)."""
-    return len(orjson.dumps(body.get("messages") or body.get("prompt") or body.get("input") or ""))
-
-
-def requested_max_output(body: Mapping[str, Any]) -> int | None:
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1
-
-
-def output_multiplier(body: Mapping[str, Any]) -> int:
-    """How many answers of up to max_tokens one request may be billed for: ``n`` choices (or
-    ``best_of`` candidates, the larger), for each prompt of a batched /v1/completions call."""
-    answers = max(_count(body.get("n")), _count(body.get("best_of")))
-    prompt = body.get("prompt")
-    prompts = 1
-    if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
-        prompts = len(prompt)  # a list of strings or of token lists: one answer set each
-    return answers * prompts
 
 
 @dataclass(slots=True)
@@ -431,19 +403,7 @@ class Limits:
                 spent = await self.redis.spent(lines)
             except Exception as exc:
                 self._backend_failed(exc, background=True)
-        return [
-            {
-                "scope": ln.scope,
-                "name": ln.name,
-                "period": ln.period,
-                "period_id": ln.period_id,
-                "limit_usd": from_nanos(ln.limit),
-                "spent_usd": from_nanos(s),
-                "remaining_usd": from_nanos(max(0, ln.limit - s)),
-                "resets_at": ln.ends_at,
-            }
-            for ln, s in zip(lines, spent, strict=True)
-        ]
+        return [status_row(ln, s) for ln, s in zip(lines, spent, strict=True)]
 
     async def seed(
         self, policy: Policy, spent_since: Callable[[Scope, float], Mapping[str, Decimal]]
