@@ -109,15 +109,25 @@ def env_with_root(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 @dataclass
-class MockProcess:
+class ListeningProcess:
+    """A helper server started as ``python -m <module> ... --port 0`` that prints
+    ``listening on <url>`` once it serves."""
+
     proc: subprocess.Popen[str]
     url: str
 
     @classmethod
-    def start(cls, cpus: set[int] | None, timeout: float = 20.0) -> MockProcess:
-        cmd = [sys.executable, "-m", "load_tests.mock_upstream", "--host", "127.0.0.1", "--port", "0"]
+    def launch(
+        cls, args: list[str], what: str, cpus: set[int] | None, timeout: float
+    ) -> tuple[subprocess.Popen[str], str]:
+        """Start it (pinned to ``cpus``, its threads too once it serves); (process, url)."""
         proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env_with_root(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            [sys.executable, "-m", *args, "--port", "0"],
+            cwd=ROOT,
+            env=env_with_root(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
         if cpus:
             pin_tree(proc.pid, cpus)
@@ -126,8 +136,10 @@ class MockProcess:
         if not line.startswith("listening on "):
             stop_process(proc)
             proc.stdout.close()
-            raise BenchSetupError(f"mock upstream did not start (got {line!r})")
-        return cls(proc, line.split()[-1])
+            raise BenchSetupError(f"{what} did not start (got {line!r})")
+        if cpus:
+            pin_tree(proc.pid, cpus)
+        return proc, line.split()[-1]
 
     @property
     def port(self) -> int:
@@ -139,35 +151,22 @@ class MockProcess:
             self.proc.stdout.close()
 
 
-@dataclass
-class FloorProcess:
-    """``load_tests.bench_floor``: the bare aiohttp pass-through in front of the mock."""
+class MockProcess(ListeningProcess):
+    """``load_tests.mock_upstream``: the zero-latency mock upstream."""
 
-    proc: subprocess.Popen[str]
-    url: str
+    @classmethod
+    def start(cls, cpus: set[int] | None, timeout: float = 20.0) -> MockProcess:
+        args = ["load_tests.mock_upstream", "--host", "127.0.0.1"]
+        return cls(*cls.launch(args, "mock upstream", cpus, timeout))
+
+
+class FloorProcess(ListeningProcess):
+    """``load_tests.bench_floor``: the bare aiohttp pass-through in front of the mock."""
 
     @classmethod
     def start(cls, upstream: str, cpus: set[int] | None, timeout: float = 20.0) -> FloorProcess:
-        cmd = [sys.executable, "-m", "load_tests.bench_floor", "--upstream", upstream, "--port", "0"]
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env_with_root(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-        )
-        if cpus:
-            pin_tree(proc.pid, cpus)
-        assert proc.stdout is not None
-        line = _read_line(proc.stdout, timeout).strip()
-        if not line.startswith("listening on "):
-            stop_process(proc)
-            proc.stdout.close()
-            raise BenchSetupError(f"pass-through floor did not start (got {line!r})")
-        if cpus:
-            pin_tree(proc.pid, cpus)
-        return cls(proc, line.split()[-1])
-
-    def stop(self) -> None:
-        stop_process(self.proc)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        args = ["load_tests.bench_floor", "--upstream", upstream]
+        return cls(*cls.launch(args, "pass-through floor", cpus, timeout))
 
 
 def tree_pids(pid: int) -> list[int]:
