@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -15,39 +14,11 @@ import pytest
 from gateway.core.ledger_row import LedgerRow
 from gateway.ledger import checkpoint
 from gateway.ledger.store import SQLiteLedger
+from tests.test_ledger_store import make_row
 
 
 def _row(i: int) -> LedgerRow:
-    return LedgerRow(
-        request_id=f"ck-{i}",
-        ts=time.time(),
-        tenant="t",
-        key_id="k",
-        route="r",
-        requested_model="m",
-        served_model="m",
-        provider="p",
-        endpoint="chat",
-        stream=False,
-        cache_status="miss",
-        input_tokens=10,
-        cached_tokens=0,
-        cache_write_tokens=0,
-        output_tokens=5,
-        usage_estimated=False,
-        cost_usd=Decimal("0.0000010000"),
-        baseline_cost_usd=Decimal("0.0000020000"),
-        latency_ms=1.0,
-        ttft_ms=None,
-        status="ok",
-        http_status=200,
-        error_code=None,
-        attempts=1,
-        classifier_score=None,
-        savings_cause="routing",
-        route_decision="r",
-        conversation=f"{i:016x}",
-    )
+    return make_row(i, request_id=f"ck-{i}", ts=time.time())
 
 
 async def _one_by_one(ledger: SQLiteLedger, first: int, n: int, pause: float = 0.0) -> None:
