@@ -359,19 +359,27 @@ def _raw(
     where, wparams = window.where()
     where = (where or " WHERE 1 = 1") + extra
     all_params: tuple[Any, ...] = (*wparams, *params)
-    tail = ""
     if group == "conversation":
         where += " AND conversation IS NOT NULL"
         if top is not None:
-            order = f"ORDER BY SUM({db.cost}) DESC NULLS LAST, conversation LIMIT ?"
-            if bucket == "none":
-                tail = " " + order
-                all_params = (*all_params, top)
-            else:
-                where += f" AND conversation IN (SELECT conversation FROM {TABLE}{where} GROUP BY 1 {order})"
-                all_params = (*all_params, *all_params, top)
+            ids = _top_conversations(db, where, all_params, top)
+            if not ids:
+                return []
+            where += f" AND conversation IN ({', '.join('?' for _ in ids)})"
+            all_params = (*all_params, *ids)
     sql = f"SELECT {db.bucket_sql(bucket)}, {db.group_sql(group)}, {db.aggregates()} FROM {TABLE}{where}"
-    return db.rows(sql + " GROUP BY 1, 2" + tail, all_params)
+    return db.rows(sql + " GROUP BY 1, 2", all_params)
+
+
+def _top_conversations(db: LedgerDb, where: str, params: tuple[Any, ...], top: int) -> list[str]:
+    """The ``top`` conversations by cost over the rows ``where`` picks (ties: by id). Over a
+    window of time alone it reads the covering ts index only (schema v5: ts, conversation,
+    cost), not the rows; ``_raw`` then sums just those conversations' rows, exactly."""
+    sql = (
+        f"SELECT {db.group_sql('conversation')} FROM {TABLE}{where} GROUP BY 1 "
+        f"ORDER BY SUM({db.cost}) DESC NULLS LAST, 1 LIMIT ?"
+    )
+    return [r[0] for r in db.rows(sql, (*params, top))]
 
 
 def _rolled(
