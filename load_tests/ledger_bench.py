@@ -113,7 +113,7 @@ def timed(fn: Callable[[], Any], repeat: int = 3) -> dict[str, Any]:
     return {
         "median_ms": round(statistics.median(runs), 1),
         "runs_ms": [round(r, 1) for r in runs],
-        "groups": len(result),
+        "groups": len(result) if isinstance(result, (list, dict)) else 1,
     }
 
 

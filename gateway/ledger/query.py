@@ -9,7 +9,10 @@ the rollups (schema v4: ``ledger_rollup_day`` for whole days, ``ledger_rollup_ho
 whole hours around them), the partial hours at the window's edges from the raw rows. A bucket
 is "whole" by the same hour function the writers file rows under (``trunc(ts / 3600)``), so
 every row is counted once, by exactly one of the parts, and the sums are exact. Groups the
-rollups do not keep (``conversation``: too many) are read from the raw rows.
+rollups do not keep (``conversation``: too many) are read from the raw rows: the top N
+conversations are picked from the covering ts index alone (schema v5), then only their rows
+are summed. ``spent_by`` (one key, tenant or route) takes the same plan as every report.
+PostgreSQL report connections are reused (``pg.ReportConnections``).
 """
 
 from __future__ import annotations
