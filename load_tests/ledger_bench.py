@@ -46,7 +46,7 @@ from gateway.ledger.meter import savings_cause
 from gateway.ledger.pg import pg_connect
 from gateway.ledger.postgres import PostgresLedger, pg_migrate
 from gateway.ledger.pricing import cost_of
-from gateway.ledger.query import spent_since
+from gateway.ledger.query import spent_by, spent_since
 from gateway.ledger.report import savings_by_cause, spend, spend_series
 from gateway.ledger.schema import COLUMNS
 from gateway.ledger.store import SQLiteLedger
@@ -113,7 +113,7 @@ def timed(fn: Callable[[], Any], repeat: int = 3) -> dict[str, Any]:
     return {
         "median_ms": round(statistics.median(runs), 1),
         "runs_ms": [round(r, 1) for r in runs],
-        "groups": len(result),
+        "groups": len(result) if isinstance(result, (list, dict)) else 1,
     }
 
 
@@ -199,6 +199,7 @@ def report_queries(url: str | Path, end: float) -> dict[str, Any]:
     month = 30 * DAY
     until = end - 3.5 * DAY  # a window with two partial edges (hours inside days)
     one_tenant = ledger_seed.TENANTS[3]
+    one_key = "key000000007"
     fast: dict[str, Callable[[], Any]] = {
         "by_model_month": lambda: spend(url, "model", month, now=end),
         "by_tenant_month": lambda: spend(url, "tenant", month, now=end),
@@ -209,6 +210,7 @@ def report_queries(url: str | Path, end: float) -> dict[str, Any]:
         "savings_by_cause_month": lambda: savings_by_cause(url, "none", month, now=end),
         "spent_since_tenant_month": lambda: spent_since(url, "tenant", end - month),
         "by_model_month_two_edges": lambda: spend(url, "model", month, now=until, until=until),
+        "spent_by_key_month": lambda: spent_by(url, "key", one_key, end - month),
     }
     raw: dict[str, Callable[[], Any]] = {
         "by_model_month": lambda: spend(url, "model", month, now=end, rollups=False),
@@ -217,6 +219,7 @@ def report_queries(url: str | Path, end: float) -> dict[str, Any]:
         ),
         "spent_since_tenant_month": lambda: spent_since(url, "tenant", end - month, rollups=False),
         "by_model_month_two_edges": lambda: spend(url, "model", month, now=until, until=until, rollups=False),
+        "spent_by_key_month": lambda: spent_since(url, "key", end - month, rollups=False).get(one_key),
     }
     out: dict[str, Any] = {}
     for name, fn in fast.items():
@@ -228,7 +231,9 @@ def report_queries(url: str | Path, end: float) -> dict[str, Any]:
         out[name]["raw_ms"] = round((time.perf_counter() - t0) * 1000, 1)
         out[name]["exact"] = slow == fast[name]()
         out[name]["speedup"] = round(out[name]["raw_ms"] / max(out[name]["median_ms"], 0.1), 1)
-    out["top_conversations_day"] = timed(lambda: spend(url, "conversation", DAY, now=end, top=20), repeat=3)
+    out["top_conversations_day"] = timed(lambda: spend(url, "conversation", DAY, now=end, top=20), repeat=5)
+    top_month = lambda: spend(url, "conversation", month, now=end, top=20)  # noqa: E731
+    out["top_conversations_month"] = timed(top_month, repeat=3)
     return out
 
 
@@ -405,13 +410,14 @@ def _render_reports(rep: dict[str, Any]) -> list[str]:
             f"| {name} | {res['median_ms']} | {res.get('raw_ms', '-')} | {res.get('exact', '-')} | "
             f"{other.get('median_ms', '-')} | {other.get('raw_ms', '-')} | {other.get('exact', '-')} |"
         )
-    month = [k for k in sq if k != "top_conversations_day"]
+    month = [k for k in sq if not k.startswith("top_conversations")]
     worst = max([sq[k]["median_ms"] for k in month] + [pg[k]["median_ms"] for k in month if k in pg])
     ok = "met" if worst < REPORT_TARGET_MS else "NOT met"
     lines += [
         "",
         f"Slowest 30-day report: **{worst} ms** (target < {REPORT_TARGET_MS:.0f} ms: {ok}). "
-        "`top_conversations_day` reads the raw rows (conversations are too many to roll up): one day.",
+        "The top conversations are picked from the covering ts index (schema v5), then summed from "
+        "their rows (conversations are too many to roll up).",
     ]
     return lines
 

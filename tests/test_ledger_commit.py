@@ -155,7 +155,7 @@ def test_v1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
     led.write(make_row(1))
     led.close()
     with reader(path) as conn:
-        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == 4
+        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == 5
         assert conn.execute(f"SELECT cost_e10 FROM {TABLE} WHERE request_id = 'a'").fetchone()[0] == 3
         with pytest.raises(sqlite3.IntegrityError):
             conn.execute(

@@ -78,7 +78,7 @@ def test_rows_arrive_once_with_migrations(pg_url: str, tmp_path: Path) -> None:
         led.close()
     with pg_connect(pg_url) as conn:
         versions = conn.execute("SELECT version FROM schema_migrations ORDER BY 1").fetchall()
-        assert versions == [(1,), (2,), (3,), (4,)]
+        assert versions == [(1,), (2,), (3,), (4,), (5,)]
         got = conn.execute(
             "SELECT request_id, cost_usd, savings_cause FROM ledger ORDER BY request_id"
         ).fetchall()

@@ -18,7 +18,7 @@ import pytest
 from gateway.core.ledger_row import LedgerRow
 from gateway.ledger.pg import pg_connect
 from gateway.ledger.postgres import PostgresLedger
-from gateway.ledger.query import LedgerDb, Window, grouped, open_db, plan, spent_since
+from gateway.ledger.query import LedgerDb, Window, grouped, open_db, plan, spent_by, spent_since
 from gateway.ledger.report import GROUPS, spend, spend_series
 from gateway.ledger.schema import (
     POSTGRES_MIGRATIONS,
@@ -120,6 +120,15 @@ def _truth(rows: list[LedgerRow], since: float | None, until: float | None) -> d
     return out
 
 
+def _spent_truth(rows: list[LedgerRow], scope: str, name: str, since: float) -> Decimal:
+    """What ``spent_by`` must answer, from the rows themselves."""
+    attr = {"key": "key_id", "tenant": "tenant", "route": "route"}[scope]
+    return sum((r.cost_usd or D(0) for r in rows if r.ts >= since and getattr(r, attr) == name), D(0))
+
+
+SPENDERS = (("key", "k1"), ("key", "k3"), ("tenant", "beta"), ("route", "smart"), ("route", "nope"))
+
+
 def _same(db: LedgerDb, group: str, bucket: str, window: Window) -> bool:
     """``grouped`` from the rollups and edges equals ``grouped`` over the raw rows alone."""
     db.rollups = True
@@ -153,6 +162,9 @@ def _check_all(url: str | Path, rows: list[LedgerRow]) -> int:
         assert fast == spend_series(url, "model", "day", seconds, rollups=False, **kw)  # type: ignore[arg-type]
         by_tenant = {ln.key: ln.cost_usd for ln in spend(url, "tenant", seconds, now=now, until=until)}
         assert by_tenant == _truth(rows, since, until), (since, until)
+        for scope, name in SPENDERS:  # from the rollups and the edge rows too
+            got = spent_by(url, scope, name, since or 0.0)  # type: ignore[arg-type]
+            assert got == _spent_truth(rows, scope, name, since or 0.0), (scope, name, since)
     return checked
 
 
@@ -182,7 +194,14 @@ def test_sqlite_rollups_equal_the_raw_rows(tmp_path: Path) -> None:
             == 400
         )
         conn.execute("UPDATE ledger_rollup_day SET cost = cost + 1 WHERE dim = 'tenant' AND tenant = 'acme'")
+        cells = conn.execute(
+            "UPDATE ledger_rollup_day SET cost = cost + 1 WHERE dim = 'key' AND value = '=k1'"
+        )
     assert spend(path, "tenant", None) != spend(path, "tenant", None, rollups=False)
+    assert spent_by(path, "key", "k1", 0.0) == _spent_truth(rows, "key", "k1", 0.0) + cells.rowcount * D(
+        "1E-10"
+    )
+    assert spent_by(path, "key", "k3", 0.0) == _spent_truth(rows, "key", "k3", 0.0)
 
 
 def test_postgres_rollups_equal_the_raw_rows(pg_url: str, tmp_path: Path) -> None:
@@ -195,7 +214,14 @@ def test_postgres_rollups_equal_the_raw_rows(pg_url: str, tmp_path: Path) -> Non
         assert spend_series(pg_url, group, "day", None) == spend_series(sqlite_path, group, "day", None)
     with pg_connect(pg_url) as conn:
         conn.execute("UPDATE ledger_rollup_day SET cost = cost + 1 WHERE dim = 'tenant' AND tenant = 'acme'")
+        cells = conn.execute(
+            "UPDATE ledger_rollup_day SET cost = cost + 1 WHERE dim = 'route' AND value = '=smart'"
+        )
     assert spend(pg_url, "tenant", None) != spend(pg_url, "tenant", None, rollups=False)
+    assert (
+        spent_by(pg_url, "route", "smart", 0.0) == _spent_truth(rows, "route", "smart", 0.0) + cells.rowcount
+    )
+    assert spent_by(pg_url, "route", "auto", 0.0) == _spent_truth(rows, "route", "auto", 0.0)
 
 
 def test_replayed_request_ids_add_nothing(pg_url: str, tmp_path: Path) -> None:
@@ -236,7 +262,7 @@ def test_sqlite_migration_back_fills_the_rollups_and_keeps_old_rows(tmp_path: Pa
     new = [make_row(1000 + i, ts=T0 + i * 977.0, conversation="feedfacefeedface") for i in range(40)]
     _write_sqlite(path, new)  # the writer migrates (v3, v4 with its back-fill), then writes
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == 4
+        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == 5
         assert conn.execute("SELECT COUNT(*) FROM ledger WHERE conversation IS NULL").fetchone()[0] == len(
             old
         )
@@ -260,7 +286,7 @@ def test_postgres_migration_back_fills_the_rollups_and_keeps_old_rows(pg_url: st
     new = [make_row(2000 + i, ts=T0 + i * 1601.0, conversation="feedfacefeedface") for i in range(30)]
     _write_postgres(pg_url, tmp_path / "outbox.db", new)  # the shipper migrates, then ships
     with pg_connect(pg_url) as conn:
-        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone() == (4,)
+        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone() == (5,)
         assert conn.execute("SELECT COUNT(*) FROM ledger WHERE conversation IS NULL").fetchone() == (
             len(old),
         )

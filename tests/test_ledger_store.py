@@ -83,12 +83,19 @@ def ledger(tmp_path: Path) -> Iterator[SQLiteLedger]:
 def test_schema_wal_and_migrations(ledger: SQLiteLedger) -> None:
     with reader(ledger.path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [(1,), (2,), (3,), (4,)]
+        assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [
+            (1,),
+            (2,),
+            (3,),
+            (4,),
+            (5,),
+        ]
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"ledger_rollup_hour", "ledger_rollup_day"} <= tables
     assert "ix_ledger_conversation_ts" in names
-    assert {"ix_ledger_ts", "ix_ledger_tenant_ts", "ix_ledger_served_model_ts"} <= names
+    assert {"ix_ledger_ts_conversation", "ix_ledger_tenant_ts", "ix_ledger_served_model_ts"} <= names
+    assert "ix_ledger_ts" not in names  # v5: the covering ts index replaced it
     assert {
         "ux_ledger_request_id",
         "ix_ledger_key_ts",
@@ -104,7 +111,7 @@ def test_second_start_on_same_file_is_idempotent(ledger: SQLiteLedger) -> None:
     other.write(make_row(1))
     other.close()
     with reader(ledger.path) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == 4
+        assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == 5
     assert count(ledger.path) == 1
 
 

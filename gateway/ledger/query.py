@@ -9,7 +9,10 @@ the rollups (schema v4: ``ledger_rollup_day`` for whole days, ``ledger_rollup_ho
 whole hours around them), the partial hours at the window's edges from the raw rows. A bucket
 is "whole" by the same hour function the writers file rows under (``trunc(ts / 3600)``), so
 every row is counted once, by exactly one of the parts, and the sums are exact. Groups the
-rollups do not keep (``conversation``: too many) are read from the raw rows.
+rollups do not keep (``conversation``: too many) are read from the raw rows: the top N
+conversations are picked from the covering ts index alone (schema v5), then only their rows
+are summed. ``spent_by`` (one key, tenant or route) takes the same plan as every report.
+PostgreSQL report connections are reused (``pg.ReportConnections``).
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from gateway.core.errors import ServiceUnavailableError
-from gateway.ledger.pg import pg_connect
+from gateway.ledger.pg import REPORT_CONNECTIONS
 from gateway.ledger.pricing import quantize_usd
-from gateway.ledger.rollup import decode, hour_of
+from gateway.ledger.rollup import decode, encode, hour_of
 from gateway.ledger.schema import (
     DIM_SQL,
     POSTGRES_HOUR_SQL,
@@ -170,30 +173,54 @@ def _sqlite_ready(conn: sqlite3.Connection) -> bool:
     return True
 
 
+def _pg_probe(pg: Any) -> tuple[bool, bool]:
+    """(the ledger table exists, it has the rollups) on a PostgreSQL connection."""
+    with pg.cursor() as cur:
+        cur.execute("SELECT to_regclass(%s)", (TABLE,))
+        found = cur.fetchone()
+        version = 0
+        if found and found[0] is not None:
+            cur.execute("SELECT MAX(version) FROM schema_migrations")
+            got = cur.fetchone()
+            version = int(got[0]) if got and got[0] is not None else 0
+    ready = found is not None and found[0] is not None
+    return ready, version >= ROLLUP_ROWS_VERSION
+
+
+@contextmanager
+def _open_pg(url: str) -> Iterator[LedgerDb | None]:
+    """A report connection from ``REPORT_CONNECTIONS``: an idle one that turns out dead (the
+    server restarted, the backend was terminated) is replaced by a new one, once."""
+    try:
+        pg, reused = REPORT_CONNECTIONS.take(url)
+        try:
+            probed = _pg_probe(pg)
+        except Exception:
+            if not reused:
+                pg.close()
+                raise
+            pg.close()
+            pg = REPORT_CONNECTIONS.connect(url)
+            probed = _pg_probe(pg)
+    except LedgerUnavailable:
+        raise
+    except Exception as exc:  # psycopg.Error, or psycopg missing
+        raise LedgerUnavailable(f"cannot connect to the PostgreSQL ledger: {exc}") from None
+    try:
+        ready, rollups = probed
+        yield LedgerDb("postgres", pg, rollups=rollups) if ready else None
+    finally:
+        REPORT_CONNECTIONS.give(url, pg)
+
+
 @contextmanager
 def open_db(url: str | Path) -> Iterator[LedgerDb | None]:
     """A ``LedgerDb`` for ``url`` (SQLite path/URL or postgresql://), or None when the ledger
-    does not exist yet (a report never creates one)."""
+    does not exist yet (a report never creates one). PostgreSQL connections are reused across
+    reports (``pg.ReportConnections``)."""
     if is_postgres_url(url):
-        try:
-            pg = pg_connect(str(url).strip())
-        except Exception as exc:  # psycopg.Error, or psycopg missing
-            raise LedgerUnavailable(f"cannot connect to the PostgreSQL ledger: {exc}") from None
-        try:
-            with pg.cursor() as cur:
-                cur.execute("SELECT to_regclass(%s)", (TABLE,))
-                found = cur.fetchone()
-                version = 0
-                if found and found[0] is not None:
-                    cur.execute("SELECT MAX(version) FROM schema_migrations")
-                    got = cur.fetchone()
-                    version = int(got[0]) if got and got[0] is not None else 0
-            pg.rollback()
-            ready = found is not None and found[0] is not None
-            rollups = version >= ROLLUP_ROWS_VERSION
-            yield LedgerDb("postgres", pg, rollups=rollups) if ready else None
-        finally:
-            pg.close()
+        with _open_pg(str(url).strip()) as db:
+            yield db
         return
     path = ledger_path(url)
     if not path.is_file():
@@ -227,13 +254,12 @@ def spent_since(url: str | Path, scope: str, since_ts: float, *, rollups: bool =
 
 def spent_by(url: str | Path, scope: Scope, name: str, since_ts: float) -> Decimal:
     """USD spent by one key/tenant/route since ``since_ts``."""
-    column = _check_scope(scope)
+    _check_scope(scope)
     with open_db(url) as db:
         if db is None:
             return ZERO
-        sql = f"SELECT SUM({db.cost}) FROM {TABLE} WHERE {column} = ? AND ts >= ?"
-        found = db.rows(sql, (name, since_ts))
-        return db.money(found[0][0] if found else None)
+        sums = grouped(db, scope, "none", Window(since_ts), only=name)
+        return sum((db.money(s[6]) for s in sums.values()), ZERO)
 
 
 # -- one report, from the rollups and the edge rows ---------------------------------------------
@@ -275,22 +301,41 @@ def plan(since: float | None, until: float | None, *, hourly: bool = False) -> l
     return parts
 
 
-def grouped(db: LedgerDb, group: str, bucket: str, window: Window, *, top: int | None = None) -> Grouped:
+def grouped(
+    db: LedgerDb,
+    group: str,
+    bucket: str,
+    window: Window,
+    *,
+    top: int | None = None,
+    only: str | None = None,
+) -> Grouped:
     """Sums per (bucket, group) over ``window``: ``group`` one of ``GROUP_SQL``, ``bucket``
     hour|day|month|none. ``top``: only the ``top`` conversations by cost (``conversation``
-    groups only; rows without a conversation are left out)."""
+    groups only; rows without a conversation are left out). ``only``: the one group whose
+    value is ``only`` (a rollup dimension)."""
     out: Grouped = {}
     if group == "conversation" or not db.rollups:
-        _add(out, _raw(db, group, bucket, window, "", (), top), decoded=False)
+        extra, params = _only(db, group, only)
+        _add(out, _raw(db, group, bucket, window, extra, params, top), decoded=False)
         return out
     for source, a, b in plan(window.since, window.until, hourly=bucket == "hour"):
         if source == "raw":
             edge = Window(a.since, a.until, window.tenant)
-            found = _raw(db, group, bucket, edge, b[0].format(hour=db.hour_sql), b[1], None)
-            _add(out, found, decoded=False)
+            extra, params = _only(db, group, only)
+            extra, params = b[0].format(hour=db.hour_sql) + extra, (*b[1], *params)
+            _add(out, _raw(db, group, bucket, edge, extra, params, None), decoded=False)
         else:
-            _add(out, _rolled(db, source, group, bucket, window.tenant, a, b), decoded=group != "none")
+            found = _rolled(db, source, group, bucket, window.tenant, a, b, only)
+            _add(out, found, decoded=group != "none")
     return out
+
+
+def _only(db: LedgerDb, group: str, only: str | None) -> tuple[str, tuple[Any, ...]]:
+    """The raw rows' condition for ``grouped``'s ``only``."""
+    if only is None:
+        return "", ()
+    return f" AND {GROUP_SQL[group]} = ?", (only,)
 
 
 def _add(out: Grouped, rows: list[tuple[Any, ...]], *, decoded: bool) -> None:
@@ -317,23 +362,38 @@ def _raw(
     where, wparams = window.where()
     where = (where or " WHERE 1 = 1") + extra
     all_params: tuple[Any, ...] = (*wparams, *params)
-    tail = ""
     if group == "conversation":
         where += " AND conversation IS NOT NULL"
         if top is not None:
-            order = f"ORDER BY SUM({db.cost}) DESC NULLS LAST, conversation LIMIT ?"
-            if bucket == "none":
-                tail = " " + order
-                all_params = (*all_params, top)
-            else:
-                where += f" AND conversation IN (SELECT conversation FROM {TABLE}{where} GROUP BY 1 {order})"
-                all_params = (*all_params, *all_params, top)
+            ids = _top_conversations(db, where, all_params, top)
+            if not ids:
+                return []
+            where += f" AND conversation IN ({', '.join('?' for _ in ids)})"
+            all_params = (*all_params, *ids)
     sql = f"SELECT {db.bucket_sql(bucket)}, {db.group_sql(group)}, {db.aggregates()} FROM {TABLE}{where}"
-    return db.rows(sql + " GROUP BY 1, 2" + tail, all_params)
+    return db.rows(sql + " GROUP BY 1, 2", all_params)
+
+
+def _top_conversations(db: LedgerDb, where: str, params: tuple[Any, ...], top: int) -> list[str]:
+    """The ``top`` conversations by cost over the rows ``where`` picks (ties: by id). Over a
+    window of time alone it reads the covering ts index only (schema v5: ts, conversation,
+    cost), not the rows; ``_raw`` then sums just those conversations' rows, exactly."""
+    sql = (
+        f"SELECT {db.group_sql('conversation')} FROM {TABLE}{where} GROUP BY 1 "
+        f"ORDER BY SUM({db.cost}) DESC NULLS LAST, 1 LIMIT ?"
+    )
+    return [r[0] for r in db.rows(sql, (*params, top))]
 
 
 def _rolled(
-    db: LedgerDb, table: str, group: str, bucket: str, tenant: str | None, first: Any, end: Any
+    db: LedgerDb,
+    table: str,
+    group: str,
+    bucket: str,
+    tenant: str | None,
+    first: Any,
+    end: Any,
+    only: str | None = None,
 ) -> list[tuple[Any, ...]]:
     seconds = 3600 if table == ROLLUP_HOUR else 86_400
     if bucket == "day" and table == ROLLUP_HOUR:
@@ -347,7 +407,13 @@ def _rolled(
         raise ValueError(f"no rollup of {group!r}")
     value = "'all'" if group == "none" else "value"
     clauses, params = ["dim = ?"], [dim]
-    for sql, v in (("bucket >= ?", first), ("bucket < ?", end), ("tenant = ?", tenant)):
+    value_is = None if only is None else encode(only)
+    for sql, v in (
+        ("bucket >= ?", first),
+        ("bucket < ?", end),
+        ("tenant = ?", tenant),
+        ("value = ?", value_is),
+    ):
         if v is not None:
             clauses.append(sql)
             params.append(v)

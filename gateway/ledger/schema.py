@@ -15,6 +15,10 @@ of 1e-10 USD (``cost_e10``) that SQL can sum exactly and fast.
       bucket, dimension (model, route, tenant, provider, key, cause), tenant and value, the
       sums a report needs, money exact (SQLite: INTEGER 1e-10 USD; PostgreSQL: NUMERIC);
       back-filled from the existing rows, then kept by the writers in the insert's transaction
+  v5  the ts index covers the conversation top-N: SQLite (ts, conversation, cost_e10),
+      PostgreSQL (ts) INCLUDE (conversation, cost_usd), replacing the plain ts index (still
+      every ts range's index; no more indexes to keep per insert): the most expensive
+      conversations of a window are picked from the index alone (``query._top_conversations``)
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any, Final, Protocol
 from gateway.core.ledger_row import LedgerRow
 
 TABLE: Final = "ledger"
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 COLUMNS: Final[tuple[str, ...]] = tuple(f.name for f in fields(LedgerRow))
 SQLITE_COLUMNS: Final = (*COLUMNS, "cost_e10", "baseline_e10")
 
@@ -147,6 +151,16 @@ def _backfill(hour: str, cost: str, baseline: str) -> tuple[str, ...]:
 SQLITE_HOUR_SQL: Final = "CAST(ts / 3600 AS INTEGER)"
 POSTGRES_HOUR_SQL: Final = "CAST(floor(ts / 3600) AS BIGINT)"
 
+TS_INDEX: Final = f"ix_{TABLE}_ts_conversation"
+
+
+def _v5(covering: str) -> tuple[str, ...]:
+    return (
+        f"CREATE INDEX IF NOT EXISTS {TS_INDEX} ON {TABLE} {covering}",
+        f"DROP INDEX IF EXISTS ix_{TABLE}_ts",
+    )
+
+
 SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     1: _v1("TEXT", "REAL", "INTEGER PRIMARY KEY"),
     2: (
@@ -163,6 +177,7 @@ SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         *_rollup_tables("INTEGER", "INTEGER", " WITHOUT ROWID"),
         *_backfill(SQLITE_HOUR_SQL, "cost_e10", "baseline_e10"),
     ),
+    5: _v5("(ts, conversation, cost_e10)"),
 }
 
 POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -180,6 +195,7 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         *_rollup_tables("BIGINT", "NUMERIC(38, 10)", ""),
         *_backfill(POSTGRES_HOUR_SQL, "cost_usd", "baseline_cost_usd"),
     ),
+    5: _v5("(ts) INCLUDE (conversation, cost_usd)"),
 }
 
 MIGRATIONS_TABLE_SQL: Final = (
