@@ -4,9 +4,9 @@ benchmark in ``ledger_bench``.
 The rows are generated inside each database by one ``INSERT ... SELECT`` over a counter (no
 Python per row: 10M rows in a minute or two, not half an hour), into a schema at v3 (before
 the rollups). The rollups then come from the real v4 migration's back-fill, timed (v5 then
-builds its index). Secondary indexes are dropped for the load; the migration builds v5's covering ``ts`` index (the
-reports' edge rows, the raw baseline, the top conversations) and the ``(conversation, ts)``
-index is rebuilt (``all_indexes=True``: every one; on a shared 2-core machine
+builds its index). Secondary indexes are dropped for the load; the migration builds v5's
+covering ``ts`` index (the reports' edge rows, the raw baseline, the top conversations) and the
+``(conversation, ts)`` index is rebuilt (``all_indexes=True``: every one; on a shared 2-core machine
 eight index builds over 10M rows take longer than the rest of the benchmark).
 
 Both stores get the same rows: every value is a function of the row number (multiplicative
