@@ -161,3 +161,34 @@ def test_truncation_matches_the_packaged_model() -> None:
 
     config = json.loads((embed_backends._model_dir() / "sentence_bert_config.json").read_text())
     assert embed_backends.MAX_TOKENS == config["max_seq_length"] == 256
+
+
+async def test_a_batch_wakes_each_event_loop_once() -> None:
+    """The worker hands a whole batch back with one call_soon_threadsafe per event loop (each
+    call is a wake-up of the loop), and every caller still gets its own vector."""
+    from gateway.cache.embedder import Embedder
+
+    def encode(texts: Any) -> Any:
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        out[:, 0] = [float(t.split()[-1]) for t in texts]
+        return out
+
+    emb = Embedder("test-backend", encode, linger_s=0.005, cache_size=0)
+    loop = asyncio.get_running_loop()
+    real = loop.call_soon_threadsafe
+    wakeups = 0
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        nonlocal wakeups
+        wakeups += 1
+        return real(*args, **kw)
+
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    try:
+        got = await asyncio.gather(*(emb.embed(f"text {i}") for i in range(48)))
+    finally:
+        del loop.call_soon_threadsafe
+        emb.close()
+    assert [float(v[0]) for v in got] == [float(i) for i in range(48)]
+    assert emb.batched_texts == 48 and emb.batches < 48
+    assert wakeups == emb.batches
