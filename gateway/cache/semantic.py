@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -62,10 +63,16 @@ class Lookup:
     cosine: float
     payload: bytes | None  # the cached response, on a hit
     matched: str | None  # the cached question, on a hit
-    reject: str | None = None  # why the best candidate was refused, when it was
+    explain: Callable[[], str] | None = field(default=None, repr=False, compare=False)  # -> reject
     uid: str | None = None  # the best candidate's entry (hit or not): where feedback goes
     cut: float = 0.0  # the threshold the best candidate had to reach
     rules: int | None = None  # the query's verifier_text.rule_key (``insert`` reuses it)
+
+    @property
+    def reject(self) -> str | None:
+        """Why the best candidate was refused, when it was (worked out only when asked: the
+        serving path never reads it)."""
+        return None if self.explain is None else self.explain()
 
 
 class EntrySink(Protocol):
@@ -135,7 +142,8 @@ class SemanticCache:
         query = analyse(text)
         rules = rule_key(query)
         top_cosine = float(scores[0]) if len(scores) else 0.0
-        best_score, best_cosine, best, best_cut, reason = 0.0, top_cosine, None, cut, None
+        best_score, best_cosine, best, best_cut = 0.0, top_cosine, None, cut
+        reason: Callable[[], str] | None = None
         hit_score, hit_cosine, hit, hit_cut = -1.0, 0.0, None, cut
         for cosine, iid in zip(scores.tolist(), ids.tolist(), strict=True):
             alias = self._aliases.get(iid)
@@ -151,8 +159,7 @@ class SemanticCache:
             if score > 0.0 and alias is not None and hard_reject(query, analyse(entry.text)):
                 score = 0.0
             if score <= 0.0 and best is None and reason is None:
-                cached = cached or analyse(entry.text)
-                reason = self.verifier.reject_reason(query, cached, cosine) or "alias"
+                reason = self._explainer(query, cached or entry.text, cosine)
             own = self._cut(entry, cut)
             if score > best_score:
                 best_score, best_cosine, best, best_cut = score, cosine, entry, own
@@ -164,6 +171,13 @@ class SemanticCache:
         if best is None:
             return Lookup(False, best_score, best_cosine, None, None, reason, rules=rules)
         return Lookup(False, best_score, best_cosine, None, None, reason, best.uid, best_cut, rules)
+
+    def _explainer(self, query: Text, cached: Text | str, cosine: float) -> Callable[[], str]:
+        def explain() -> str:
+            text = analyse(cached) if isinstance(cached, str) else cached
+            return self.verifier.reject_reason(query, text, cosine) or "alias"
+
+        return explain
 
     @staticmethod
     def _candidate_text(entry: Entry, alias: _Alias | None, rules: int) -> Text | None:
