@@ -43,12 +43,19 @@ def texts_by_set(n: int) -> dict[str, list[str]]:
 def session(path: Path, threads: int) -> Any:
     import onnxruntime as ort
 
+    from gateway.cache.embed_backends import DISABLED_OPTIMIZERS
+
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(  # the session the gateway serves with
+        str(path),
+        sess_options=opts,
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=list(DISABLED_OPTIMIZERS),
+    )
 
 
 def run_batches(sess: Any, encs: list[Any], batch: int) -> tuple[float, float, Any]:

@@ -143,6 +143,32 @@ def test_a_classifier_route_loads_the_embedder_at_start_up_not_on_the_first_requ
         gw.stop()
 
 
+def test_an_auto_request_with_the_semantic_cache_is_embedded_once(
+    tmp_path: Path, mock: MockUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Classifier and semantic cache on one route: each new prompt reaches the model once (the
+    lookup's vector is the classifier's), and no second embed() call even asks the LRU."""
+    monkeypatch.setenv("SWITCHYARD_EMBEDDER", "torch")
+    route = policy(mock.base_url, 0.5).replace(
+        'cache: {mode: "off"}', "cache: {mode: deterministic}\n    semantic_cache: {enabled: true}"
+    )
+    assert "semantic_cache" in route
+    gw = start_gateway(tmp_path, route)
+    try:
+        prompts = [f"How many apples are left if I eat {n} of {n + 7}?" for n in range(5)]
+        for text in prompts:
+            body = {"model": "auto", "temperature": 0, "messages": [{"role": "user", "content": text}]}
+            r = gw.post("/v1/chat/completions", body)
+            assert r.status_code == 200 and r.headers["x-switchyard-cache"] == "miss"
+        emb = gw.app_state.services.semantic._embedder
+        assert emb.batched_texts == len(prompts)  # texts the model encoded
+        assert (emb.cache.misses, emb.cache.hits) == (len(prompts), 0)  # one embed() each
+        rows = gw.ledger_rows()
+        assert len(rows) == len(prompts) and all(r["classifier_score"] is not None for r in rows)
+    finally:
+        gw.stop()
+
+
 # ----------------------------------------------------------------------------- router score
 def test_router_score_contract(tmp_path: Path, embedder: Any, capsys: pytest.CaptureFixture[str]) -> None:
     prompts = [EASY, HARD, "", "Write a haiku about rain.", "x" * 5000, "Combien font 7 fois 8 ?"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -161,3 +162,64 @@ def test_truncation_matches_the_packaged_model() -> None:
 
     config = json.loads((embed_backends._model_dir() / "sentence_bert_config.json").read_text())
     assert embed_backends.MAX_TOKENS == config["max_seq_length"] == 256
+
+
+async def test_a_batch_wakes_each_event_loop_once() -> None:
+    """The worker hands a whole batch back with one call_soon_threadsafe per event loop (each
+    call is a wake-up of the loop), and every caller still gets its own vector."""
+    from gateway.cache.embedder import Embedder
+
+    def encode(texts: Any) -> Any:
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        out[:, 0] = [float(t.split()[-1]) for t in texts]
+        return out
+
+    emb = Embedder("test-backend", encode, linger_s=0.005, cache_size=0)
+    loop = asyncio.get_running_loop()
+    real = loop.call_soon_threadsafe
+    wakeups = 0
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        nonlocal wakeups
+        wakeups += 1
+        return real(*args, **kw)
+
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    try:
+        got = await asyncio.gather(*(emb.embed(f"text {i}") for i in range(48)))
+    finally:
+        del loop.call_soon_threadsafe
+        emb.close()
+    assert [float(v[0]) for v in got] == [float(i) for i in range(48)]
+    assert emb.batched_texts == 48 and emb.batches < 48
+    assert wakeups == emb.batches
+
+
+def test_the_served_session_stays_on_the_fused_sessions_vectors(
+    embedder: Any,  # noqa: F811
+    shared_model_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """The served int8 session leaves ORT's SkipLayerNormFusion out (embed_backends.
+    DISABLED_OPTIMIZERS, for speed): the vectors must stay those of the session the verifier and
+    the router were calibrated on, but for rounding (median cosine 1.0, none below 0.99)."""
+    import onnxruntime as ort
+
+    from gateway.cache import embed_backends
+
+    if embedder.name != "minilm-l6-onnx-int8":
+        pytest.skip("onnxruntime not installed")
+    source, path = embed_backends.onnx_source(tmp_path, shared_model_dir)  # the file the fixture runs
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    fused = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    tok = embed_backends.load_tokenizer()
+    texts = SENTENCES + [r["text_a"] for r in qqp_rows(100)]
+    want = np.empty((len(texts), 384), dtype=np.float32)
+    for i, text in enumerate(texts):
+        ids = np.asarray([tok.encode(text).ids], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+        want[i] = fused.run(None, feeds)[0][0].mean(axis=0)
+    cos = (embedder._encode_fn(texts) * embed_backends._normalise(want)).sum(axis=1)
+    assert float(np.median(cos)) >= 0.99999 and float(cos.min()) >= 0.99, (float(cos.min()), source)

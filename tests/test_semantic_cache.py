@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+import gateway.cache.semantic as semantic_module
 from gateway.cache.semantic import SemanticCache, pack, unpack
 from gateway.cache.semantic_key import last_user_text, semantic_key
-from gateway.cache.verifier import load_verifier
+from gateway.cache.verifier import analyse, hard_reject, load_verifier, rule_key
 from tests.semcache_support import embedder  # noqa: F401
 
 
@@ -204,3 +205,66 @@ def test_lookup_text_is_the_last_user_message() -> None:
     }
     assert semantic_key("t", "r", image) is None  # not keyed on text it cannot see
     assert semantic_key("t", "r", {"model": "m", "messages": [{"role": "user", "content": "   "}]}) is None
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("What is 17 * 23?", "What is 17 * 24?"),
+        ("What is 17 * 23?", "What is 17 + 23?"),
+        ("Is it safe to fly?", "Is it not safe to fly?"),
+        ("How do I learn C?", "How do I learn C++?"),
+        ("How do I reset my password?", "How can I reset my password?"),
+    ],
+)
+def test_a_differing_rule_key_is_always_a_hard_reject(a: str, b: str) -> None:
+    ta, tb = analyse(a), analyse(b)
+    if rule_key(ta) != rule_key(tb):
+        assert hard_reject(ta, tb) is not None
+    else:
+        assert (ta.numbers, ta.operators, ta.negated, ta.code) == (
+            tb.numbers,
+            tb.operators,
+            tb.negated,
+            tb.code,
+        )
+
+
+def test_candidates_refused_by_their_rule_key_are_not_analysed_again(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry remembers its text's rule key, so a look-alike lookup with other numbers refuses
+    it from that int: only the query (and the first refused candidate, for the reason) is
+    analysed. The outcome is the one a full comparison gives."""
+    for n in range(20, 28):
+        h.put(chat(f"What is 17 * {n}?"), f"answer {n}")
+    calls: list[str] = []
+    real = semantic_module.analyse
+
+    def counting(text: str) -> Any:
+        calls.append(text)
+        return real(text)
+
+    monkeypatch.setattr(semantic_module, "analyse", counting)
+    first = h.get(chat("What is 17 * 99?"), threshold=0.0001)
+    assert len(calls) == 1 + h.cache.candidates  # the query, then each candidate once (lazily)
+    calls.clear()
+    again = h.get(chat("What is 17 * 99?"), threshold=0.0001)
+    assert len(calls) == 1  # the query: every candidate refused by its rule key
+    assert not again.hit and again.score == 0.0 and again.reject == "numbers"
+    assert (first.hit, first.score, first.reject) == (again.hit, again.score, again.reject)
+    assert h.get(chat("what is 17 * 23"), threshold=0.0001).hit  # an equal key is still scored
+
+
+def test_insert_keeps_the_rule_key_of_the_lookup(h: Harness) -> None:
+    h.put(chat("What is 6 * 8?"), "48")  # the partition exists: the lookup analyses its query
+    body = chat("What is 6 * 7?")
+    key = semantic_key("t1", "auto", body)
+    assert key is not None
+    vec = h.emb.encode([key.text])[0]
+    found = h.cache.lookup(key.context, key.text, vec)
+    assert found.rules == rule_key(analyse(key.text))
+    uid = h.cache.insert(key.context, key.text, vec, b"42", 60, found.rules)
+    assert uid is not None
+    entry = h.cache.entry(uid)
+    assert entry is not None and entry.rules == found.rules

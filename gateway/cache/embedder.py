@@ -181,22 +181,31 @@ class Embedder:
                 vecs = self._encode([job[0] for job in batch], count=False)  # embed() counted
                 self.batches += 1
                 self.batched_texts += len(batch)
-                for i, (_, loop, fut) in enumerate(batch):
-                    loop.call_soon_threadsafe(_resolve, fut, vecs[i].copy(), None)
+                _hand_back(batch, vecs, None)
             except Exception as exc:  # every waiting caller gets the error, the worker lives on
-                for _, loop, fut in batch:
-                    loop.call_soon_threadsafe(_resolve, fut, None, exc)
+                _hand_back(batch, None, exc)
             if stop:
                 return
 
 
-def _resolve(fut: asyncio.Future[Vector], vec: Vector | None, exc: BaseException | None) -> None:
-    if fut.done():
-        return
-    if exc is not None:
-        fut.set_exception(exc)
-    elif vec is not None:
-        fut.set_result(vec)
+def _hand_back(batch: list[_Job], vecs: Vector | None, exc: BaseException | None) -> None:
+    """One ``call_soon_threadsafe`` per event loop for the whole batch (each is a wake-up of
+    that loop), not one per caller."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Vector], Vector | None]]] = {}
+    for i, (_, loop, fut) in enumerate(batch):
+        by_loop.setdefault(loop, []).append((fut, None if vecs is None else vecs[i].copy()))
+    for loop, items in by_loop.items():
+        loop.call_soon_threadsafe(_resolve, items, exc)
+
+
+def _resolve(items: list[tuple[asyncio.Future[Vector], Vector | None]], exc: BaseException | None) -> None:
+    for fut, vec in items:
+        if fut.done():
+            continue
+        if exc is not None:
+            fut.set_exception(exc)
+        elif vec is not None:
+            fut.set_result(vec)
 
 
 def onnx_available() -> bool:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -22,7 +23,7 @@ import numpy.typing as npt
 
 from gateway.cache.online_threshold import EntryRecord, OnlinePolicy
 from gateway.cache.semantic_index import DIM, PartitionIndex
-from gateway.cache.verifier import Verifier, analyse, hard_reject
+from gateway.cache.verifier import Text, Verifier, analyse, hard_reject, rule_key
 
 Vector = npt.NDArray[np.float32]
 _ZLIB = b"z"
@@ -50,6 +51,7 @@ class Entry:
     expires: float  # wall-clock seconds
     online: EntryRecord | None = None  # its own threshold, once it has feedback (local only)
     aliases: list[int] | None = None  # index ids of confirmed paraphrases that point to it
+    rules: int | None = None  # verifier_text.rule_key of its text, once known (local only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +63,16 @@ class Lookup:
     cosine: float
     payload: bytes | None  # the cached response, on a hit
     matched: str | None  # the cached question, on a hit
-    reject: str | None = None  # why the best candidate was refused, when it was
+    explain: Callable[[], str] | None = field(default=None, repr=False, compare=False)  # -> reject
     uid: str | None = None  # the best candidate's entry (hit or not): where feedback goes
     cut: float = 0.0  # the threshold the best candidate had to reach
+    rules: int | None = None  # the query's verifier_text.rule_key (``insert`` reuses it)
+
+    @property
+    def reject(self) -> str | None:
+        """Why the best candidate was refused, when it was (worked out only when asked: the
+        serving path never reads it)."""
+        return None if self.explain is None else self.explain()
 
 
 class EntrySink(Protocol):
@@ -131,8 +140,10 @@ class SemanticCache:
         scores, ids = part.search(vector, self.candidates)
         now = time.time()
         query = analyse(text)
+        rules = rule_key(query)
         top_cosine = float(scores[0]) if len(scores) else 0.0
-        best_score, best_cosine, best, best_cut, reason = 0.0, top_cosine, None, cut, None
+        best_score, best_cosine, best, best_cut = 0.0, top_cosine, None, cut
+        reason: Callable[[], str] | None = None
         hit_score, hit_cosine, hit, hit_cut = -1.0, 0.0, None, cut
         for cosine, iid in zip(scores.tolist(), ids.tolist(), strict=True):
             alias = self._aliases.get(iid)
@@ -143,12 +154,12 @@ class SemanticCache:
             if entry.expires <= now:
                 self._drop(eid)
                 continue
-            cached = analyse(alias.text if alias is not None else entry.text)
-            score = self.verifier.score(query, cached, vector, part.vector(iid))
+            cached = self._candidate_text(entry, alias, rules)  # None: a hard reject by rule key
+            score = 0.0 if cached is None else self.verifier.score(query, cached, vector, part.vector(iid))
             if score > 0.0 and alias is not None and hard_reject(query, analyse(entry.text)):
                 score = 0.0
             if score <= 0.0 and best is None and reason is None:
-                reason = self.verifier.reject_reason(query, cached, cosine) or "alias"
+                reason = self._explainer(query, cached or entry.text, cosine)
             own = self._cut(entry, cut)
             if score > best_score:
                 best_score, best_cosine, best, best_cut = score, cosine, entry, own
@@ -156,10 +167,30 @@ class SemanticCache:
                 hit_score, hit_cosine, hit, hit_cut = score, cosine, entry, own
         if hit is not None:
             payload = unpack(hit.payload)
-            return Lookup(True, hit_score, hit_cosine, payload, hit.text, None, hit.uid, hit_cut)
+            return Lookup(True, hit_score, hit_cosine, payload, hit.text, None, hit.uid, hit_cut, rules)
         if best is None:
-            return Lookup(False, best_score, best_cosine, None, None, reason)
-        return Lookup(False, best_score, best_cosine, None, None, reason, best.uid, best_cut)
+            return Lookup(False, best_score, best_cosine, None, None, reason, rules=rules)
+        return Lookup(False, best_score, best_cosine, None, None, reason, best.uid, best_cut, rules)
+
+    def _explainer(self, query: Text, cached: Text | str, cosine: float) -> Callable[[], str]:
+        def explain() -> str:
+            text = analyse(cached) if isinstance(cached, str) else cached
+            return self.verifier.reject_reason(query, text, cosine) or "alias"
+
+        return explain
+
+    @staticmethod
+    def _candidate_text(entry: Entry, alias: _Alias | None, rules: int) -> Text | None:
+        """The analysed text a candidate is scored on, or None when the entry's rule key
+        differs from the query's (a certain hard reject: its text is not analysed again, the
+        lookup's main cost once a partition holds many look-alike questions)."""
+        if alias is not None:
+            return analyse(alias.text)
+        if entry.rules is not None and entry.rules != rules:
+            return None
+        cached = analyse(entry.text)
+        entry.rules = rule_key(cached)
+        return cached
 
     def _cut(self, entry: Entry, cut: float) -> float:
         rec = entry.online
@@ -227,10 +258,13 @@ class SemanticCache:
         return None if entry is None or entry.online is None else entry.online.threshold
 
     # ------------------------------------------------------------------ insert
-    def insert(self, context: str, text: str, vector: Vector, payload: bytes, ttl: float) -> str | None:
-        """Store an answer; returns its global id (None when it replaced nothing new)."""
+    def insert(
+        self, context: str, text: str, vector: Vector, payload: bytes, ttl: float, rules: int | None = None
+    ) -> str | None:
+        """Store an answer; returns its global id (None when it replaced nothing new). ``rules``:
+        the text's ``rule_key`` when the caller has it (``Lookup.rules``), else learnt later."""
         uid = f"{time.time_ns():x}-{self._next:x}-{id(self) & 0xFFFF:x}"
-        entry = Entry(uid, context, text, pack(payload), time.time() + ttl)
+        entry = Entry(uid, context, text, pack(payload), time.time() + ttl, rules=rules)
         self.add_entry(entry, vector)
         if self.sink is not None:
             self.sink.put(entry, vector, ttl)

@@ -200,7 +200,7 @@ class SemanticLayer:
                 cache.observe(found.uid, found.score, same)
                 if same and cache.add_alias(found.uid, result.key.text, result.vector):
                     return
-        cache.insert(result.key.context, result.key.text, result.vector, payload, ttl)
+        cache.insert(result.key.context, result.key.text, result.vector, payload, ttl, found.rules)
 
     async def aclose(self) -> None:
         for task in self._starting:

@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gateway.cache.verifier_text import FEATURES, Text, analyse, features, hard_reject
+from gateway.cache.verifier_text import FEATURES, Text, analyse, features, hard_reject, rule_key
 
 __all__ = [
     "DIM", "FEATURES", "INPUT_DIM", "WEIGHTS_PATH", "Text", "Verifier", "analyse", "features",
-    "hard_reject", "load_verifier", "model_input",
+    "hard_reject", "load_verifier", "model_input", "rule_key",
 ]  # fmt: skip
 
 WEIGHTS_PATH = Path(__file__).with_name("verifier_weights.npz")

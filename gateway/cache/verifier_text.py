@@ -97,6 +97,13 @@ def analyse(text: str) -> Text:
     )
 
 
+def rule_key(t: Text) -> int:
+    """A hash of the fields ``hard_reject`` checks first (numbers, operators, negation, code):
+    two texts whose keys differ are always hard-rejected (equal keys prove nothing), so a
+    cache can refuse a candidate from a stored int without analysing its text again."""
+    return hash((t.numbers, t.operators, t.negated, t.code))
+
+
 def hard_reject(a: Text, b: Text) -> str | None:
     """A reason the two texts can never share an answer, whatever their similarity."""
     if a.numbers != b.numbers:

@@ -60,8 +60,8 @@ def text_features(text: str) -> list[float]:
     n_chars = len(text)
     words = _WORD.findall(text)
     n_words = len(words)
-    digits = sum(ch.isdigit() for ch in text)
-    upper = sum(ch.isupper() for ch in text)
+    digits = sum(map(str.isdigit, text))  # map: half the cost of a generator, the same count
+    upper = sum(map(str.isupper, text))
     return [
         _log1(n_chars),
         _log1(n_words),
