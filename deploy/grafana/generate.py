@@ -531,6 +531,15 @@ def performance() -> Any:
         [(f"sum by (backend) (rate(switchyard_cache_backend_errors_total[{RI}]))", "{{backend}}")],
         unit="reqps",
     )
+    b.panel(
+        "timeseries",
+        "Exact cache memory",
+        [("sum by (instance) (switchyard_exact_cache_bytes)", "{{instance}}")],
+        unit="bytes",
+        desc="What the in-process exact cache's answers hold (bounded by cache.max_bytes; with "
+        "cache.backend: redis they live in Redis and this stays empty). Most of a gateway's memory "
+        "growth after load is this.",
+    )
     b.row("Self-hosted engines")
     rep = "{{engine}}/{{replica}}"
     sel = '{engine=~"$engine"}'
