@@ -30,8 +30,8 @@ from typing import Any
 
 import orjson
 
-from load_tests.bench_procs import ListeningProcess, cpu_seconds, machine_info
-from load_tests.loadgen import LoadSpec, chat_body, run_closed_loop
+from load_tests.bench_itemize import closed_loop_cpu
+from load_tests.bench_procs import ListeningProcess, machine_info
 
 REPORTS = Path(__file__).parent / "reports"
 MODES = ("aiohttp", "uvicorn-asgi", "uvicorn-starlette")
@@ -110,28 +110,13 @@ def _serve_aiohttp(host: str) -> None:
 
 
 # ----------------------------------------------------------------------------- the driver
-async def _measure(url: str, pid: int, seconds: float) -> dict[str, float]:
-    def spec(duration: float, tag: str) -> LoadSpec:
-        body = chat_body("mock-small", stream=False, vary=True, temperature=0.0, tag=tag)
-        return LoadSpec(url=url + "/v1/chat/completions", body=body, headers={}, stream=False,
-                        duration_s=duration, timeout_s=10.0, drain_s=5.0)  # fmt: skip
-
-    await run_closed_loop(spec(1.0, "warm"), 32)
-    cpu0 = cpu_seconds(pid)
-    report = await run_closed_loop(spec(seconds, "run"), 32)
-    cpu1 = cpu_seconds(pid)
-    if report.errors or cpu0 is None or cpu1 is None or not report.count:
-        raise RuntimeError(f"bad run: {report.errors} ({report.count} requests)")
-    return {"rps": report.achieved_rps, "cpu_us": (cpu1 - cpu0) / report.count * 1e6}
-
-
 def run_mode(mode: str, seconds: float) -> dict[str, float]:
     proc, url = ListeningProcess.launch(
         ["load_tests.server_compare", "--serve", mode, "--host", "127.0.0.1"], mode, {0}, 20.0
     )
     server = ListeningProcess(proc, url)
     try:
-        return asyncio.run(_measure(url, proc.pid, seconds))
+        return asyncio.run(closed_loop_cpu(url, {}, "mock-small", seconds, proc.pid))
     finally:
         server.stop()
 
