@@ -14,9 +14,7 @@ costs. JSON + Markdown to ``load_tests/reports/itemize-*``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import secrets
 import statistics
@@ -35,8 +33,8 @@ from load_tests.bench_procs import (
     stop_process,
 )
 from load_tests.loadgen import LoadSpec, chat_body, run_closed_loop
+from load_tests.report_files import bench_parser, save_report
 
-REPORTS = Path(__file__).parent / "reports"
 NO_AUTH = POLICY_TEMPLATE.replace("  auth: keys\n", "  auth: none\n")
 CACHE_OFF = '    targets: [mock-small]\n    cache: {{mode: "off"}}\n'  # quoted: YAML reads off as false
 TARGETS = "    targets: [mock-small]\n"
@@ -102,12 +100,7 @@ def run_variant(v: Variant, mock: MockProcess, seconds: float) -> dict[str, floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--out", type=Path, default=REPORTS)
+    parser = bench_parser(__doc__)
     args = parser.parse_args(argv)
     os.sched_setaffinity(0, {1})  # the load generator and the mock; servers on CPU 0
     machine = machine_info()
@@ -139,12 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {name} | {m['rps']:,.0f} | x{m['rps'] / floor:.2f} | {m['cpu_us']:,.0f} µs "
             f"| {m['cpu_us'] - full:+,.0f} µs |"
         )
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     payload = {"machine": machine, "runs": results, "medians": med}
-    (args.out / f"itemize-{stamp}.json").write_text(json.dumps(payload, indent=2))
-    (args.out / f"itemize-{stamp}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save_report(args.out, "itemize", payload, lines)
     return 0
 
 

@@ -13,9 +13,7 @@ to ``load_tests/reports/ledger-commit-*``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
 import tempfile
 import time
@@ -25,8 +23,8 @@ from typing import Any
 
 from gateway.core.ledger_row import LedgerRow
 from gateway.ledger.store import SQLiteLedger
+from load_tests.report_files import bench_parser, save_report
 
-REPORTS = Path(__file__).parent / "reports"
 MODES = {"background": True, "inline": False}
 
 
@@ -127,13 +125,9 @@ def run_mode(mode: str, rate: float, rows: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__, seconds=None)
     parser.add_argument("--rate", type=float, default=300.0, help="rows submitted per second")
     parser.add_argument("--rows", type=int, default=3000)
-    parser.add_argument("--runs", type=int, default=3, help="alternated runs per mode (medians)")
-    parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args(argv)
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
     for _ in range(max(1, args.runs)):
@@ -148,13 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "| --- | ---: | ---: |",
         *(f"| {k} | {medians['inline'][k]} | {medians['background'][k]} |" for k in keys),
     ]
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    (args.out / f"ledger-commit-{stamp}.json").write_text(
-        json.dumps({"runs": results, "medians": medians}, indent=2)
-    )
-    (args.out / f"ledger-commit-{stamp}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save_report(args.out, "ledger-commit", {"runs": results, "medians": medians}, lines)
     return 0
 
 

@@ -19,21 +19,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import socket
 import statistics
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 import orjson
 
 from load_tests.bench_itemize import closed_loop_cpu
 from load_tests.bench_procs import ListeningProcess, machine_info
+from load_tests.report_files import bench_parser, save_report
 
-REPORTS = Path(__file__).parent / "reports"
 MODES = ("aiohttp", "uvicorn-asgi", "uvicorn-starlette")
 ANSWER = orjson.dumps(
     {
@@ -122,12 +119,7 @@ def run_mode(mode: str, seconds: float) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--out", type=Path, default=REPORTS)
+    parser = bench_parser(__doc__)
     parser.add_argument("--serve", choices=MODES, help=argparse.SUPPRESS)  # a server process
     parser.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)  # always a free one
@@ -155,11 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         "| --- | ---: | ---: |",
         *(f"| {m} | {v['rps']:,.0f} | {v['cpu_us']:,.0f} µs |" for m, v in med.items()),
     ]
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    (args.out / f"server-compare-{stamp}.json").write_text(json.dumps({"machine": machine, "runs": results}))
-    (args.out / f"server-compare-{stamp}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save_report(args.out, "server-compare", {"machine": machine, "runs": results, "medians": med}, lines)
     return 0
 
 
