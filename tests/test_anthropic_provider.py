@@ -456,11 +456,18 @@ async def test_stream_errors_from_own_server(
     assert_clean(info.value)
 
 
-async def test_session_is_created_lazily_and_closed(mock: MockUpstream) -> None:
+async def test_connections_are_made_lazily_and_closed(mock: MockUpstream) -> None:
+    """Unary calls go through the H1 pool, streams through the aiohttp session; neither
+    exists before first use and aclose closes both (no connection left open)."""
     p = AnthropicProvider("anth", mock.base_url, API_KEY)
-    assert p._sessions._session is None
+    assert p._sessions._session is None and p._pool._pool is None
     await p.chat(body(), TARGET, timeout=5)
+    assert p._sessions._session is None
+    pool = p._pool._pool
+    assert pool is not None and len(pool._idle) == 1
+    idle = pool._idle[0]
+    await collect(await p.chat_stream(body(), TARGET, timeout=5, idle_timeout=5))
     session = p._sessions._session
     assert isinstance(session, aiohttp.ClientSession)
     await p.aclose()
-    assert session.closed
+    assert session.closed and idle.closed and p._pool._pool is None

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.core.errors import SwitchyardError, UpstreamError
+from gateway.core.errors import UpstreamError
 from gateway.core.types import ChatResult, RawResult, Target, Usage, usage_from_anthropic
 from gateway.providers import http
 from gateway.providers.anthropic_stream import StreamTranslator
@@ -26,6 +26,7 @@ from gateway.providers.anthropic_wire import (
     from_anthropic_response,
     to_anthropic_request,
 )
+from gateway.providers.h1 import H1Error, LazyPool
 from gateway.providers.sse import EventStream, TypedEventStream
 
 _NO_CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None)
@@ -46,6 +47,7 @@ class AnthropicProvider:
         self.name = name
         self._auto_cache = auto_cache_control
         self._url = base_url.rstrip("/") + "/v1/messages"
+        self._pool = LazyPool(base_url)  # unary calls; streams use the aiohttp session
         self._headers = {
             **dict(headers or {}),
             "anthropic-version": anthropic_version,
@@ -67,28 +69,21 @@ class AnthropicProvider:
 
     async def _post_json(self, payload: bytes, headers: Mapping[str, str], timeout: float) -> Any:
         """POST ``payload``; the parsed JSON body of a 200, or the error tree's error."""
-        session = self._sessions.get()
+        pool = self._pool.get()
         try:
-            async with (
-                asyncio.timeout(timeout),
-                session.post(
-                    self._url, data=http.request_body(payload), headers=headers, timeout=_NO_CLIENT_TIMEOUT
-                ) as resp,
-            ):
-                raw = await http.read_limited(resp, http.MAX_RESPONSE_BYTES)
-                if resp.status != 200:
-                    raise http.status_error(self.name, resp.status, resp.headers, raw or b"")
-                ctype = resp.headers.get("content-type", "")
-        except SwitchyardError:
-            raise
-        except _TRANSPORT_ERRORS as exc:
+            async with asyncio.timeout(timeout):
+                resp = await pool.post("/v1/messages", payload, headers, http.MAX_RESPONSE_BYTES)
+        except (H1Error, TimeoutError, OSError) as exc:
             raise http.transport_error(self.name, exc) from None
-        if raw is None:
+        if resp.status != 200:
+            raise http.status_error(self.name, resp.status, resp.headers, resp.body or b"")
+        if resp.body is None:
             raise http.bad_response(self.name, f"body larger than {http.MAX_RESPONSE_BYTES} bytes")
+        ctype = resp.headers.get("content-type", "")
         if "json" not in ctype:
             raise http.bad_response(self.name, f"content-type {ctype or 'missing'}")
         try:
-            return orjson.loads(raw)
+            return orjson.loads(resp.body)
         except orjson.JSONDecodeError:
             raise http.bad_response(self.name, "body is not JSON") from None
 
@@ -181,6 +176,7 @@ class AnthropicProvider:
 
     async def aclose(self) -> None:
         await self._sessions.aclose()
+        await self._pool.aclose()
 
 
 class AnthropicStream(EventStream):

@@ -22,6 +22,7 @@ from gateway.core.errors import (
 )
 from gateway.core.redact import redact
 from gateway.core.types import Usage
+from gateway.providers.h1 import H1Error
 
 
 def new_session() -> aiohttp.ClientSession:
@@ -131,6 +132,8 @@ def transport_error(provider: str, exc: BaseException) -> SwitchyardError:
     """Map an aiohttp/asyncio failure (no HTTP answer) to the error tree."""
     if isinstance(exc, SwitchyardError):
         return exc
+    if isinstance(exc, H1Error):
+        return _h1_error(provider, exc)
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
         return UpstreamTimeoutError(f"upstream '{provider}' timed out")
     if isinstance(exc, aiohttp.ClientConnectorError):
@@ -138,6 +141,20 @@ def transport_error(provider: str, exc: BaseException) -> SwitchyardError:
     if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError)):
         return UpstreamError(f"upstream '{provider}' closed the connection", code="upstream_disconnected")
     return UpstreamError(f"upstream '{provider}' transport failure ({type(exc).__name__})")
+
+
+def _h1_error(provider: str, exc: H1Error) -> SwitchyardError:
+    if exc.kind == "connect":
+        return UpstreamError(f"cannot connect to upstream '{provider}'", code="upstream_connect_error")
+    if exc.kind == "protocol":
+        return bad_response(provider, str(exc).partition(": ")[2])
+    if exc.kind == "request":
+        return UpstreamError(
+            f"the request headers for upstream '{provider}' are invalid ({str(exc).partition(': ')[2]})",
+            retryable=False,
+            code="upstream_bad_request_headers",
+        )
+    return UpstreamError(f"upstream '{provider}' closed the connection", code="upstream_disconnected")
 
 
 def request_body(data: bytes) -> bytes | io.BytesIO:

@@ -17,6 +17,7 @@ import orjson
 from gateway.core.errors import StreamBrokenError, SwitchyardError, UpstreamError
 from gateway.core.types import ChatResult, RawResult, Target, Usage, usage_from_openai, usage_from_responses
 from gateway.providers import http
+from gateway.providers.h1 import H1Error, LazyPool
 from gateway.providers.openai_responses import NO_CLIENT_TIMEOUT, ResponsesEventStream
 
 
@@ -29,30 +30,25 @@ class OpenAICompatProvider:
         self._headers = {"content-type": "application/json", **dict(headers or {})}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
-        self._sessions = http.LazySession()
+        self._sessions = http.LazySession()  # streams
+        self._pool = LazyPool(self._base)  # unary calls
 
     def __repr__(self) -> str:
         return f"OpenAICompatProvider(name={self.name!r}, base_url={self._base!r})"
 
     async def _post_json(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        session = self._sessions.get()
-        data = orjson.dumps(body)
+        pool = self._pool.get()
         try:
-            async with (
-                asyncio.timeout(timeout),
-                session.post(self._base + path, data=http.request_body(data), headers=self._headers) as resp,
-            ):
-                limit = http.MAX_RESPONSE_BYTES if resp.status == 200 else http.MAX_ERROR_BYTES
-                raw = await http.read_limited(resp, limit)
-                if resp.status != 200:
-                    raise http.status_error(self.name, resp.status, resp.headers, raw or b"")
-                if raw is None:
-                    raise http.bad_response(self.name, f"body larger than {limit} bytes")
-                ctype = resp.headers.get("content-type", "")
-        except SwitchyardError:
-            raise
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            async with asyncio.timeout(timeout):
+                resp = await pool.post(path, orjson.dumps(body), self._headers, http.MAX_RESPONSE_BYTES)
+        except (H1Error, TimeoutError, OSError) as exc:
             raise http.transport_error(self.name, exc) from None
+        if resp.status != 200:
+            raise http.status_error(self.name, resp.status, resp.headers, resp.body or b"")
+        raw = resp.body
+        if raw is None:
+            raise http.bad_response(self.name, f"body larger than {http.MAX_RESPONSE_BYTES} bytes")
+        ctype = resp.headers.get("content-type", "")
         if "json" not in ctype:
             raise http.bad_response(self.name, f"content-type {ctype or 'missing'}")
         try:
@@ -152,6 +148,7 @@ class OpenAICompatProvider:
 
     async def aclose(self) -> None:
         await self._sessions.aclose()
+        await self._pool.aclose()
 
 
 class _OpenAIStream:

@@ -1,0 +1,326 @@
+"""The unary upstream client (gateway/providers/h1.py) against a raw asyncio TCP server that
+writes exactly the bytes each case needs: framing, encodings, bounds, keep-alive and its
+races, cancellation, and the requests it sends."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from gateway.core.errors import UpstreamError
+from gateway.providers import h1, http
+from gateway.providers.h1 import H1Error, H1Pool
+
+Reply = Callable[[bytes], list[bytes] | None]  # the request head+body -> bytes to write; None: close
+
+
+@dataclass
+class Server:
+    reply: Reply
+    requests: list[bytes] = field(default_factory=list)
+    connections: int = 0
+    port: int = 0
+    close_after_reply: bool = False
+    writers: list[asyncio.StreamWriter] = field(default_factory=list)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.writers.append(writer)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                request = head + await reader.readexactly(length)
+                self.requests.append(request)
+                out = self.reply(request)
+                if out is None:
+                    break
+                for piece in out:
+                    writer.write(piece)
+                    await writer.drain()
+                    await asyncio.sleep(0)
+                if self.close_after_reply:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+async def started(reply: Reply) -> tuple[Server, asyncio.Server]:
+    server = Server(reply)
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    server.port = srv.sockets[0].getsockname()[1]
+    return server, srv
+
+
+def ok(body: bytes, *extra: str, status: str = "200 OK") -> list[bytes]:
+    head = f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+    return [(head + "".join(f"{h}\r\n" for h in extra) + "\r\n").encode() + body]
+
+
+HEADERS = {"content-type": "application/json", "authorization": "Bearer k"}
+
+
+async def test_request_bytes_and_keep_alive() -> None:
+    server, srv = await started(lambda req: ok(b'{"a":1}'))
+    pool = H1Pool(f"http://127.0.0.1:{server.port}/v1")
+    try:
+        for _ in range(3):
+            resp = await pool.post("/chat/completions", b'{"x":1}', HEADERS, 1000)
+            assert (resp.status, resp.body, resp.headers["content-type"]) == (
+                200,
+                b'{"a":1}',
+                "application/json",
+            )
+        assert server.connections == 1  # one kept-alive connection served all three
+        head, _, body = server.requests[0].partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        assert lines[0] == b"POST /v1/chat/completions HTTP/1.1"
+        assert f"Host: 127.0.0.1:{server.port}".encode() in lines
+        assert b"Content-Length: 7" in lines and b"authorization: Bearer k" in lines
+        assert body == b'{"x":1}'
+    finally:
+        await pool.aclose()
+        srv.close()
+
+
+async def test_chunked_and_split_reads() -> None:
+    payload = b'{"text":"' + b"y" * 5000 + b'"}'
+    chunks = [payload[:10], payload[10:4000], payload[4000:]]
+    body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+    wire = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n" + body
+    # the answer arrives in 7-byte pieces: headers and chunk sizes split anywhere
+    server, srv = await started(lambda req: [wire[i : i + 7] for i in range(0, len(wire), 7)])
+    pool = H1Pool(f"http://127.0.0.1:{server.port}")
+    try:
+        resp = await pool.post("/x", b"{}", HEADERS, 10_000)
+        assert resp.body == payload
+        assert (await pool.post("/x", b"{}", HEADERS, 10_000)).body == payload
+        assert server.connections == 1
+    finally:
+        await pool.aclose()
+        srv.close()
+
+
+async def test_gzip_deflate_and_their_bounds() -> None:
+    payload = b'{"v":"' + b"z" * 3000 + b'"}'
+    answers = {
+        b"/gzip": ok(gzip.compress(payload), "content-encoding: gzip"),
+        b"/deflate": ok(zlib.compress(payload), "content-encoding: deflate"),
+        b"/raw-deflate": ok(zlib.compress(payload)[2:-4], "content-encoding: deflate"),
+        b"/br": ok(b"xx", "content-encoding: br"),
+        b"/corrupt": ok(b"not gzip at all", "content-encoding: gzip"),
+    }
+    server, srv = await started(lambda req: answers[req.split(b" ")[1]])
+    pool = H1Pool(f"http://127.0.0.1:{server.port}")
+    try:
+        for path in ("/gzip", "/deflate", "/raw-deflate"):
+            assert (await pool.post(path, b"", HEADERS, 10_000)).body == payload, path
+        # a bomb: 3 KB inflated past a 1 KB bound is "too large", not memory
+        assert (await pool.post("/gzip", b"", HEADERS, 1000)).body is None
+        for path in ("/br", "/corrupt"):
+            with pytest.raises(H1Error) as info:
+                await pool.post(path, b"", HEADERS, 10_000)
+            assert info.value.kind == "protocol"
+        assert b"Accept-Encoding: gzip, deflate" in server.requests[0]
+    finally:
+        await pool.aclose()
+        srv.close()
+
+
+async def test_body_bound_drops_the_connection() -> None:
+    big = b"q" * 5000
+    no_length = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+    answers = {b"/declared": ok(big), b"/chunked": [no_length + b"%x\r\n%s\r\n0\r\n\r\n" % (len(big), big)]}
+    server, srv = await started(lambda req: answers[req.split(b" ")[1]])
+    pool = H1Pool(f"http://127.0.0.1:{server.port}")
+    try:
+        for path in ("/declared", "/chunked"):
+            resp = await pool.post(path, b"", HEADERS, 4000)
+            assert resp.status == 200 and resp.body is None
+        assert server.connections == 2  # never reused after an over-bound answer
+        assert pool._idle == []
+    finally:
+        await pool.aclose()
+        srv.close()
+
+
+async def test_read_until_close_and_connection_close() -> None:
+    answers = {
+        b"/eof": [b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{"e":', b"1}"],
+        b"/close": ok(b"{}", "connection: close"),
+    }
+    server, srv = await started(lambda req: answers[req.split(b" ")[1]])
+    server.close_after_reply = True
+    pool = H1Pool(f"http://127.0.0.1:{server.port}")
+    try:
+        assert (await pool.post("/eof", b"", HEADERS, 100)).body == b'{"e":1}'
+        assert (await pool.post("/close", b"", HEADERS, 100)).body == b"{}"
+        assert pool._idle == [] and server.connections == 2
+    finally:
+        await pool.aclose()
+        srv.close()
+
+
+async def test_interim_answer_is_skipped_and_errors_keep_status_and_headers() -> None:
+    cont = [b"HTTP/1.1 100 Continue\r\n\r\n", *ok(b'{"ok":true}')]
+    answers = {
+        b"/continue": cont,
+        b"/429": ok(b'{"error":{"message":"slow down"}}', "retry-after: 7", status="429 Too Many Requests"),
+    }
+    server, srv = await started(lambda req: answers[req.split(b" ")[1]])
+    pool = H1Pool(f"http://127.0.0.1:{server.port}")
+    try:
+        assert (await pool.post("/continue", b"", HEADERS, 100)).body == b'{"ok":true}'
+        resp = await pool.post("/429", b"", HEADERS, 100)
+        assert resp.status == 429 and resp.headers["retry-after"] == "7"
+        assert http.parse_retry_after(resp.headers) == 7.0
+    finally:
+        await pool.aclose()
+        srv.close()
+
+
+async def test_close_mid_answer_is_disconnected_and_malformed_is_protocol() -> None:
+    answers = {
+        b"/half": [b'HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\n{"partial"'],
+        b"/garbage": [b"SMTP ready\r\n\r\n"],
+    }
+    server, srv = await started(lambda req: answers[req.split(b" ")[1]])
+    server.close_after_reply = True
+    pool = H1Pool(f"http://127.0.0.1:{server.port}")
+    try:
+        with pytest.raises(H1Error) as info:
+            await pool.post("/half", b"", HEADERS, 100)
+        assert info.value.kind == "disconnected"
+        err = http.transport_error("up", info.value)
+        assert isinstance(err, UpstreamError) and err.code == "upstream_disconnected" and err.retryable
+        with pytest.raises(H1Error) as info:
+            await pool.post("/garbage", b"", HEADERS, 100)
+        assert info.value.kind == "protocol"
+        assert http.transport_error("up", info.value).code == "upstream_bad_response"
+    finally:
+        await pool.aclose()
+        srv.close()
+
+
+async def test_connect_refused_maps_to_connect_error() -> None:
+    srv = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    srv.close()
+    await srv.wait_closed()
+    pool = H1Pool(f"http://127.0.0.1:{port}")
+    with pytest.raises(H1Error) as info:
+        await pool.post("/x", b"", HEADERS, 100)
+    assert http.transport_error("up", info.value).code == "upstream_connect_error"
+
+
+async def test_keep_alive_race_is_retried_only_after_idling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pooled connection the server closes without answering (its idle timeout fired as the
+    request left) is retried once on a new connection, but only if it had idled >= RACE_IDLE_S:
+    a busy connection whose server died may have had its request read."""
+    calls = {"n": 0}
+
+    def reply(req: bytes) -> list[bytes] | None:
+        calls["n"] += 1
+        return None if calls["n"] == 2 else ok(b"{}")  # the second request: closed unanswered
+
+    server, srv = await started(reply)
+    pool = H1Pool(f"http://127.0.0.1:{server.port}")
+    try:
+        monkeypatch.setattr(h1, "RACE_IDLE_S", 0.0)
+        await pool.post("/x", b"", HEADERS, 100)
+        assert (await pool.post("/x", b"", HEADERS, 100)).body == b"{}"  # retried: requests 2 and 3
+        assert (calls["n"], server.connections) == (3, 2)
+        monkeypatch.setattr(h1, "RACE_IDLE_S", 60.0)
+        calls["n"] = 1
+        with pytest.raises(H1Error) as info:
+            await pool.post("/x", b"", HEADERS, 100)
+        assert info.value.kind == "disconnected" and calls["n"] == 2  # not retried
+    finally:
+        await pool.aclose()
+        srv.close()
+
+
+async def test_cancelled_call_drops_its_connection() -> None:
+    def reply(req: bytes) -> list[bytes] | None:
+        return [] if b"/slow" in req.split(b"\r\n")[0] else ok(b"{}")
+
+    server, srv = await started(reply)
+    pool = H1Pool(f"http://127.0.0.1:{server.port}")
+    try:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await pool.post("/slow", b"", HEADERS, 100)
+        assert pool._idle == []  # a half-answered connection is never reused
+        await pool.post("/x", b"", HEADERS, 100)
+        assert server.connections == 2
+    finally:
+        await pool.aclose()
+        srv.close()
+
+
+async def test_idle_connections_expire_and_server_closes_are_seen() -> None:
+    server, srv = await started(lambda req: ok(b"{}"))
+    pool = H1Pool(f"http://127.0.0.1:{server.port}", keepalive_s=0.05)
+    try:
+        await pool.post("/x", b"", HEADERS, 100)
+        await asyncio.sleep(0.1)
+        await pool.post("/x", b"", HEADERS, 100)  # the idle one was past keepalive_s: a new one
+        assert server.connections == 2
+        for writer in server.writers:  # the server closes its side of every idle connection
+            writer.close()
+        await asyncio.sleep(0.05)
+        assert all(conn.closed for conn in pool._idle)
+    finally:
+        await pool.aclose()
+        srv.close()
+
+
+@pytest.mark.parametrize("value", ["a\r\nx-injected: 1", "a\nb", "nul\0"])
+async def test_header_with_line_break_is_refused_before_sending(value: str) -> None:
+    server, srv = await started(lambda req: ok(b"{}"))
+    pool = H1Pool(f"http://127.0.0.1:{server.port}")
+    try:
+        with pytest.raises(H1Error) as info:
+            await pool.post("/x", b"", {"anthropic-beta": value}, 100)
+        assert info.value.kind == "request" and server.requests == []
+        err = http.transport_error("up", info.value)
+        assert not err.retryable and "x-injected" not in err.message
+    finally:
+        await pool.aclose()
+        srv.close()
+
+
+def test_url_forms() -> None:
+    assert H1Pool("https://api.openai.com/v1")._authority == "api.openai.com"
+    assert H1Pool("http://[::1]:8080")._authority == "[::1]:8080"
+    assert H1Pool("http://host:80/")._prefix == ""
+    with pytest.raises(ValueError):
+        H1Pool("ftp://x")
+
+
+def test_under_uvloop() -> None:
+    """The server runs on uvloop, whose transports are not asyncio.Transport subclasses."""
+    import uvloop
+
+    async def main() -> tuple[int, bytes | None, int]:
+        server, srv = await started(lambda req: ok(b'{"u":1}'))
+        pool = H1Pool(f"http://127.0.0.1:{server.port}")
+        try:
+            for _ in range(2):
+                resp = await pool.post("/x", b"{}", HEADERS, 100)
+            return resp.status, resp.body, server.connections
+        finally:
+            await pool.aclose()
+            srv.close()
+
+    assert uvloop.run(main()) == (200, b'{"u":1}', 1)
