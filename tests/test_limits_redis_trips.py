@@ -49,10 +49,17 @@ class Monitor:
                     self.commands.append(cmd["command"].split()[0].upper())
 
     def __enter__(self) -> Monitor:
-        time.sleep(0.3)  # what the previous requests settle in the background lands before
         self._thread.start()
         assert self._ready.wait(5)
-        time.sleep(0.1)
+        # what the previous requests settle in the background lands first (a loaded machine
+        # can take seconds): count from the first 0.3 s without a command
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            seen = len(self.commands)
+            time.sleep(0.3)
+            if len(self.commands) == seen:
+                break
+        self.commands.clear()
         return self
 
     def wait_for(self, n: int, timeout: float = 10.0) -> list[str]:

@@ -32,14 +32,18 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from gateway.core.errors import UpstreamError
 
-class H1Error(Exception):
+
+class H1Error(UpstreamError):
     """No complete HTTP answer. ``kind``: ``connect`` (no connection), ``disconnected`` (the
     server closed or reset it before the answer was whole), ``protocol`` (not HTTP/1.1 the
-    parser accepts, or an encoding we cannot decode), ``request`` (a header we refuse to send)."""
+    parser accepts, or an encoding we cannot decode), ``request`` (a header we refuse to send).
+    ``providers.http.transport_error`` turns it into the error the client sees, with the
+    provider's name."""
 
     def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(f"{kind}: {detail}")
+        super().__init__(f"{kind}: {detail}", code=f"upstream_{kind}")
         self.kind = kind
 
 

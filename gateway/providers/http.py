@@ -130,10 +130,10 @@ def status_error(provider: str, status: int, headers: Mapping[str, str], raw: by
 
 def transport_error(provider: str, exc: BaseException) -> SwitchyardError:
     """Map an aiohttp/asyncio failure (no HTTP answer) to the error tree."""
-    if isinstance(exc, SwitchyardError):
-        return exc
     if isinstance(exc, H1Error):
         return _h1_error(provider, exc)
+    if isinstance(exc, SwitchyardError):
+        return exc
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
         return UpstreamTimeoutError(f"upstream '{provider}' timed out")
     if isinstance(exc, aiohttp.ClientConnectorError):
