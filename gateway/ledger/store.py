@@ -130,7 +130,6 @@ class SQLiteLedger:
         self._queue: deque[LedgerRow | Waiter | _Marker] = deque()
         self._wake = threading.Event()  # something is queued
         self._urgent = threading.Event()  # stop lingering: batch full, flush or close
-        self._kick_loop: asyncio.AbstractEventLoop | None = None  # where a _kick is scheduled
         self._stopping = False
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -201,25 +200,12 @@ class SQLiteLedger:
         """Queue ``row`` and return a future (of the running loop) that resolves to True once
         the row is committed, or False when it cannot be (dropped, or its batch kept failing
         for ``wait_timeout`` s; the writer keeps retrying). Call it on the event loop."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
-        if not self._enqueue((row, fut), row, loop):
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if not self._enqueue((row, fut), row):
             fut.set_result(False)
         return fut
 
-    def _kick(self) -> None:
-        """Wake the writer for every row the loop queued since the last kick (see _enqueue)."""
-        self._kick_loop = None
-        self._wake.set()
-        self._urgent.set()
-
-    def _enqueue(
-        self, item: LedgerRow | Waiter, row: LedgerRow, loop: asyncio.AbstractEventLoop | None = None
-    ) -> bool:
-        """Queue ``item``. Rows with a waiting client (``loop`` given) wake the writer once per
-        loop iteration, not once each: waking a thread that shares the core costs a context
-        switch (~10% of the loop's CPU at 3,000 req/s when every commit woke it), and the
-        rows that finish in one iteration then share one commit."""
+    def _enqueue(self, item: LedgerRow | Waiter, row: LedgerRow) -> bool:
         try:
             queue = self._queue
             if self._closed or len(queue) >= self._max_pending:
@@ -229,14 +215,6 @@ class SQLiteLedger:
                     log.error("ledger rows dropped (%s): %d so far", why, self._dropped)
                 return False
             queue.append(item)
-            if loop is not None and len(queue) < self._batch_size:
-                if self._kick_loop is loop:
-                    return True
-                if self._kick_loop is None and not loop.is_closed():
-                    self._kick_loop = loop
-                    loop.call_soon(self._kick)
-                    return True
-                # another loop's kick is pending (tests run several loops): wake it directly
             if not self._wake.is_set():
                 self._wake.set()
             if (item is not row or len(queue) >= self._batch_size) and not self._urgent.is_set():
