@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import shutil
+import ssl
+import subprocess
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -324,3 +328,68 @@ def test_under_uvloop() -> None:
             srv.close()
 
     assert uvloop.run(main()) == (200, b'{"u":1}', 1)
+
+
+def _self_signed(tmp: Path) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl CLI is not installed (apt-get install -y openssl)")
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_tls_upstream(tmp_path: Path, loop: str) -> None:
+    """Real providers are HTTPS: the handshake, SNI and certificate check on both loops; an
+    untrusted certificate is a connect error, never a silent downgrade."""
+    import uvloop
+
+    cert, key = _self_signed(tmp_path)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    trusting = ssl.create_default_context(cafile=str(cert))
+
+    async def main() -> tuple[bytes | None, str]:
+        server = Server(lambda req: ok(b'{"tls":true}'))
+        srv = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=server_ctx)
+        port = srv.sockets[0].getsockname()[1]
+        good = H1Pool(f"https://localhost:{port}/v1", ssl_context=trusting)
+        bad = H1Pool(f"https://localhost:{port}/v1")  # the system trust store: not this cert
+        try:
+            body = (await good.post("/x", b"{}", HEADERS, 100)).body
+            body2 = (await good.post("/x", b"{}", HEADERS, 100)).body
+            assert body == body2 and server.connections == 1
+            try:
+                await bad.post("/x", b"{}", HEADERS, 100)
+                kind = "none"
+            except H1Error as exc:
+                kind = exc.kind
+            return body, kind
+        finally:
+            await good.aclose()
+            await bad.aclose()
+            srv.close()
+
+    run = uvloop.run if loop == "uvloop" else asyncio.run
+    assert run(main()) == (b'{"tls":true}', "connect")

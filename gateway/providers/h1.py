@@ -249,7 +249,14 @@ class H1Pool:
     """Keep-alive connections to one upstream origin (``base_url``'s scheme, host and port;
     its path is prefixed to every request path)."""
 
-    def __init__(self, base_url: str, *, keepalive_s: float = 30.0, max_idle: int = 512) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        keepalive_s: float = 30.0,
+        max_idle: int = 512,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -263,7 +270,7 @@ class H1Pool:
         self._keepalive = keepalive_s
         self._max_idle = max_idle
         self._idle: list[_Conn] = []
-        self._ssl: ssl.SSLContext | None = None
+        self._ssl = ssl_context  # None: the system trust store, made at the first connection
 
     def _head(self, path: str, headers: Mapping[str, str], length: int) -> bytes:
         lines = [f"POST {self._prefix}{path} HTTP/1.1", f"Host: {self._authority}"]
