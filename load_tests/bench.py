@@ -2,6 +2,7 @@
 pass-through proxy (the floor) and through the gateway, in the same run.
 
     python -m load_tests.bench [--quick] [--out DIR] [--runs N] [--direct-only] [--no-floor]
+                               [--floor-client aiohttp|h1]
 
 Starts the mock upstream (zero latency), the pass-through floor (``load_tests.bench_floor``,
 aiohttp) and ``switchyard serve`` as subprocesses, pins the gateway and the floor to CPU 0 and
@@ -182,6 +183,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     p.add_argument("--no-floor", action="store_true", help="skip the pass-through floor")
     p.add_argument(
+        "--floor-client",
+        choices=("aiohttp", "h1"),
+        default="aiohttp",
+        help="the floor's upstream client for complete requests: aiohttp (the issue's floor) or "
+        "h1, the gateway's own (the floor of this design)",
+    )
+    p.add_argument(
         "--gateway-root",
         type=Path,
         default=None,
@@ -229,7 +237,7 @@ def bench(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     try:
         endpoints = [Endpoint("direct", mock.url, "mock-small", {"authorization": "Bearer mock-key"})]
         if not args.direct_only and not args.no_floor:
-            floor = FloorProcess.start(mock.url, gw_cpus)
+            floor = FloorProcess.start(mock.url, gw_cpus, client=args.floor_client)
             auth = {"authorization": "Bearer x"}
             endpoints.append(Endpoint("floor", floor.url, "mock-small", auth, floor.proc.pid))
         with tempfile.TemporaryDirectory(prefix="switchyard-bench-") as home:
@@ -276,6 +284,7 @@ def bench(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         "durations": durations.__dict__,
         "elapsed_s": round(time.time() - started, 1),
         "machine": machine,
+        "floor_client": None if args.no_floor or args.direct_only else args.floor_client,
         "gateway": gateway_info,
         "scenarios": scenarios,
         "memory": memory_summary(memory),

@@ -164,8 +164,10 @@ class FloorProcess(ListeningProcess):
     """``load_tests.bench_floor``: the bare aiohttp pass-through in front of the mock."""
 
     @classmethod
-    def start(cls, upstream: str, cpus: set[int] | None, timeout: float = 20.0) -> FloorProcess:
-        args = ["load_tests.bench_floor", "--upstream", upstream]
+    def start(
+        cls, upstream: str, cpus: set[int] | None, timeout: float = 20.0, client: str = "aiohttp"
+    ) -> FloorProcess:
+        args = ["load_tests.bench_floor", "--upstream", upstream, "--client", client]
         return cls(*cls.launch(args, "pass-through floor", cpus, timeout))
 
 

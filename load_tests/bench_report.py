@@ -169,7 +169,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- Mode: {'quick' if report['quick'] else 'full'}, {report['runs']} run(s), medians over runs; "
         f"durations {report['durations']}; elapsed {report['elapsed_s']} s",
         "- Upstream: load_tests.mock_upstream, zero latency; gateway `switchyard serve --workers 1`; "
-        "floor: `load_tests.bench_floor` (bare aiohttp pass-through) on the gateway's core",
+        f"floor: `load_tests.bench_floor --client {report.get('floor_client') or 'aiohttp'}` (bare "
+        "aiohttp server pass-through) on the gateway's core",
         "- added / ratio: gateway minus direct (ms), gateway / direct (req/s), gateway / floor "
         "(throughput / floor and CPU rows), after load / idle (RSS); server CPU / request: the "
         "process's user + system CPU (/proc) over the measured part / requests",
