@@ -3,6 +3,7 @@ tiny aiohttp server for byte-level SSE framing cases the mock does not produce."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import traceback
@@ -10,7 +11,6 @@ from collections.abc import AsyncIterator, Iterator
 from decimal import Decimal
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 from aiohttp import web
@@ -456,18 +456,21 @@ async def test_stream_errors_from_own_server(
     assert_clean(info.value)
 
 
-async def test_connections_are_made_lazily_and_closed(mock: MockUpstream) -> None:
-    """Unary calls go through the H1 pool, streams through the aiohttp session; neither
-    exists before first use and aclose closes both (no connection left open)."""
+async def test_connections_are_made_lazily_reused_and_closed(mock: MockUpstream) -> None:
+    """The pool exists only after first use; a complete answer and a stream read to its end
+    both leave their connection for the next call (one connection serves both); aclose
+    closes it."""
     p = AnthropicProvider("anth", mock.base_url, API_KEY)
-    assert p._sessions._session is None and p._pool._pool is None
+    assert p._pool._pool is None
     await p.chat(body(), TARGET, timeout=5)
-    assert p._sessions._session is None
     pool = p._pool._pool
     assert pool is not None and len(pool._idle) == 1
-    idle = pool._idle[0]
+    first = pool._idle[0]
     await collect(await p.chat_stream(body(), TARGET, timeout=5, idle_timeout=5))
-    session = p._sessions._session
-    assert isinstance(session, aiohttp.ClientSession)
+    for _ in range(50):  # a released stream hands its connection back when its last bytes land
+        if pool._idle:
+            break
+        await asyncio.sleep(0.01)
+    assert pool._idle == [first]
     await p.aclose()
-    assert session.closed and idle.closed and p._pool._pool is None
+    assert first.closed and p._pool._pool is None

@@ -287,14 +287,14 @@ def test_probe_slot_is_freed_when_an_attempt_ends_without_verdict(tmp_path: Path
 
 
 def test_oversized_sse_event_is_a_clean_upstream_error(tmp_path: Path) -> None:
-    """A real loopback server whose stream starts with one 1 MB SSE line (past aiohttp's line
-    limit of 512 KiB): the gateway answers with an OpenAI-shaped 502 and records it, never a
-    500 (aiohttp raises LineTooLong, which is not a ClientError)."""
+    """A real loopback server whose stream starts with one 9 MB SSE line (past the stream
+    reader's bound, ``providers.sse.MAX_EVENT_BYTES`` = 8 MiB): the gateway answers with an
+    OpenAI-shaped 502 and records it, never a 500, and its memory stays bounded."""
     import socket
     import threading
 
     line = (
-        b'data: {"id": "x", "choices": [{"index": 0, "delta": {"content": "' + b"a" * 1_000_000 + b'"}}]}\n\n'
+        b'data: {"id": "x", "choices": [{"index": 0, "delta": {"content": "' + b"a" * 9_000_000 + b'"}}]}\n\n'
     )
     reply = (
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"

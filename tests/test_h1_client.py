@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gateway.core.errors import UpstreamError
-from gateway.providers import h1, http
+from gateway.providers import h1, h1_stream, http
 from gateway.providers.h1 import H1Error, H1Pool
 
 Reply = Callable[[bytes], list[bytes] | None]  # the request head+body -> bytes to write; None: close
@@ -393,3 +393,144 @@ def test_tls_upstream(tmp_path: Path, loop: str) -> None:
 
     run = uvloop.run if loop == "uvloop" else asyncio.run
     assert run(main()) == (b'{"tls":true}', "connect")
+
+
+def chunked(*pieces: bytes, head: str = "content-type: text/event-stream") -> list[bytes]:
+    out = [f"HTTP/1.1 200 OK\r\n{head}\r\ntransfer-encoding: chunked\r\n\r\n".encode()]
+    out += [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces]
+    out.append(b"0\r\n\r\n")
+    return out
+
+
+async def test_stream_lines_split_anywhere_and_reuse_after_the_end() -> None:
+    events = [b'data: {"n":%d}\n\n' % i for i in range(50)] + [b"data: [DONE]\n\n"]
+    wire = b"".join(events)
+    pieces = [wire[i : i + 13] for i in range(0, len(wire), 13)]  # lines cut mid-way
+    server, srv = await started(lambda req: chunked(*pieces))
+    pool = H1Pool(f"http://127.0.0.1:{server.port}")
+    try:
+        for _ in range(2):
+            stream = await pool.open("/s", b"{}", HEADERS)
+            assert stream.status == 200 and stream.headers["content-type"] == "text/event-stream"
+            lines = []
+            while line := await stream.readline(1000):
+                lines.append(line)
+            assert b"".join(lines) == wire and all(x.endswith(b"\n") for x in lines)
+            stream.release()
+        assert server.connections == 1 and len(pool._idle) == 1  # the stream's connection served twice
+        assert b"Accept-Encoding: identity" in server.requests[0]
+    finally:
+        await pool.aclose()
+        srv.close()
+
+
+async def test_stream_released_before_its_terminator_waits_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After [DONE] the chunked terminator may still be on its way: release() hands the
+    connection back once it lands; a stream released with more to come is dropped after
+    RELEASE_WAIT_S (never reused half-read)."""
+    monkeypatch.setattr(h1_stream, "RELEASE_WAIT_S", 0.1)
+    gate = asyncio.Event()
+
+    class Slow(Server):
+        async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            self.writers.append(writer)
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+                first, *rest = chunked(b"data: [DONE]\n\n")
+                writer.write(first + rest[0])
+                await gate.wait()
+                writer.write(b"".join(rest[1:]))
+                await writer.drain()
+                await reader.read()  # until the client hangs up
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                writer.close()
+
+    server = Slow(lambda req: None)
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    pool = H1Pool(f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}")
+    try:
+        stream = await pool.open("/s", b"{}", HEADERS)
+        assert await stream.readline(100) == b"data: [DONE]\n"
+        stream.release()
+        assert pool._idle == []
+        gate.set()
+        for _ in range(50):
+            if pool._idle:
+                break
+            await asyncio.sleep(0.01)
+        assert len(pool._idle) == 1  # the terminator landed: reusable
+        gate.clear()
+        pool._idle.clear()
+        stream = await pool.open("/s", b"{}", HEADERS)
+        stream.release()  # nothing read, terminator held back: dropped after the wait
+        await asyncio.sleep(0.2)
+        assert pool._idle == []
+    finally:
+        gate.set()
+        await pool.aclose()
+        srv.close()
+        await asyncio.sleep(0.05)  # the handlers see the hang-ups and close their side
+
+
+async def test_stream_flow_control_pauses_and_keeps_every_byte(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(h1_stream, "HIGH_WATER", 4096)
+    pieces = [bytes([65 + i % 26]) * 1000 + b"\n" for i in range(400)]
+    server, srv = await started(lambda req: chunked(*pieces))
+    pool = H1Pool(f"http://127.0.0.1:{server.port}")
+    paused: list[bool] = []
+    try:
+        stream = await pool.open("/s", b"{}", HEADERS)
+        await asyncio.sleep(0.2)  # the server writes 400 KB while nobody reads
+        paused.append(stream._paused)
+        got = []
+        while piece := await stream.readany():
+            got.append(piece)
+            await asyncio.sleep(0)
+        assert b"".join(got) == b"".join(pieces)
+        assert paused == [True]
+        stream.release()
+    finally:
+        await pool.aclose()
+        srv.close()
+
+
+async def test_stream_breaks_bounds_and_refusals() -> None:
+    answers = {
+        b"/cut": [chunked(b"data: 1\n\n")[0] + b"40\r\ndata: partial"],
+        b"/long": chunked(b"data: " + b"x" * 5000 + b"\n"),
+        b"/err": ok(b'{"error":{"message":"bad key"}}', status="401 Unauthorized"),
+        b"/gz": [b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: 3\r\n\r\nabc"],
+        b"/eof": [b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: a\n\n", b"data: b\n\n"],
+    }
+    server, srv = await started(lambda req: answers[req.split(b" ")[1]])
+    server.close_after_reply = True
+    pool = H1Pool(f"http://127.0.0.1:{server.port}")
+    try:
+        stream = await pool.open("/cut", b"", HEADERS)
+        with pytest.raises(H1Error) as info:
+            while await stream.readany():
+                pass
+        assert info.value.kind == "disconnected"
+        stream.close()
+        stream = await pool.open("/long", b"", HEADERS)
+        with pytest.raises(H1Error) as info:
+            await stream.readline(1000)
+        assert info.value.kind == "oversized"
+        stream.close()
+        stream = await pool.open("/err", b"", HEADERS)
+        assert stream.status == 401 and await stream.read_body(1000) == b'{"error":{"message":"bad key"}}'
+        stream.release()
+        await pool.aclose()  # that connection is being closed by the server: do not race it
+        with pytest.raises(H1Error) as info:
+            await pool.open("/gz", b"", HEADERS)
+        assert info.value.kind == "protocol"
+        stream = await pool.open("/eof", b"", HEADERS)  # no length, not chunked: ends at close
+        assert await stream.read_body(1000) == b"data: a\n\ndata: b\n\n"
+        stream.release()
+        assert pool._idle == []
+    finally:
+        await pool.aclose()
+        srv.close()

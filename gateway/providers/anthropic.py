@@ -13,7 +13,6 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
-import aiohttp
 import orjson
 
 from gateway.core.errors import UpstreamError
@@ -26,11 +25,10 @@ from gateway.providers.anthropic_wire import (
     from_anthropic_response,
     to_anthropic_request,
 )
-from gateway.providers.h1 import H1Error, LazyPool
+from gateway.providers.h1 import H1Error, H1Stream, LazyPool
 from gateway.providers.sse import EventStream, TypedEventStream
 
-_NO_CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None)
-_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+_TRANSPORT_ERRORS = (H1Error, TimeoutError, OSError)
 
 
 class AnthropicProvider:
@@ -47,7 +45,7 @@ class AnthropicProvider:
         self.name = name
         self._auto_cache = auto_cache_control
         self._url = base_url.rstrip("/") + "/v1/messages"
-        self._pool = LazyPool(base_url)  # unary calls; streams use the aiohttp session
+        self._pool = LazyPool(base_url)
         self._headers = {
             **dict(headers or {}),
             "anthropic-version": anthropic_version,
@@ -55,7 +53,6 @@ class AnthropicProvider:
         }
         if api_key:
             self._headers["x-api-key"] = api_key
-        self._sessions = http.LazySession()
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(name={self.name!r}, url={self._url!r})"
@@ -73,7 +70,7 @@ class AnthropicProvider:
         try:
             async with asyncio.timeout(timeout):
                 resp = await pool.post("/v1/messages", payload, headers, http.MAX_RESPONSE_BYTES)
-        except (H1Error, TimeoutError, OSError) as exc:
+        except _TRANSPORT_ERRORS as exc:
             raise http.transport_error(self.name, exc) from None
         if resp.status != 200:
             raise http.status_error(self.name, resp.status, resp.headers, resp.body or b"")
@@ -87,19 +84,15 @@ class AnthropicProvider:
         except orjson.JSONDecodeError:
             raise http.bad_response(self.name, "body is not JSON") from None
 
-    async def _open_stream(
-        self, payload: bytes, headers: Mapping[str, str], timeout: float
-    ) -> aiohttp.ClientResponse:
+    async def _open_stream(self, payload: bytes, headers: Mapping[str, str], timeout: float) -> H1Stream:
         """POST ``payload`` and return the accepted SSE response (status 200 within ``timeout``)."""
-        session = self._sessions.get()
-        resp: aiohttp.ClientResponse | None = None
+        resp: H1Stream | None = None
         try:
             async with asyncio.timeout(timeout):
-                resp = await session.post(
-                    self._url, data=http.request_body(payload), headers=headers, timeout=_NO_CLIENT_TIMEOUT
-                )
+                resp = await self._pool.get().open("/v1/messages", payload, headers)
                 if resp.status != 200:
-                    raw = await http.read_limited(resp, http.MAX_ERROR_BYTES)
+                    raw = await resp.read_body(http.MAX_ERROR_BYTES)
+                    resp.release()
                     raise http.status_error(self.name, resp.status, resp.headers, raw or b"")
             ctype = resp.headers.get("content-type", "")
             if "text/event-stream" not in ctype:
@@ -175,7 +168,6 @@ class AnthropicProvider:
         )
 
     async def aclose(self) -> None:
-        await self._sessions.aclose()
         await self._pool.aclose()
 
 
@@ -183,7 +175,7 @@ class AnthropicStream(EventStream):
     """An accepted Anthropic SSE stream, translated into OpenAI chunk dicts."""
 
     def __init__(
-        self, provider: str, resp: aiohttp.ClientResponse, translator: StreamTranslator, idle_timeout: float
+        self, provider: str, resp: H1Stream, translator: StreamTranslator, idle_timeout: float
     ) -> None:
         super().__init__(provider, resp, idle_timeout)
         self._translator = translator
@@ -220,7 +212,7 @@ class MessagesStream(TypedEventStream):
 
     LAST = "message_stop"
 
-    def __init__(self, provider: str, resp: aiohttp.ClientResponse, idle_timeout: float) -> None:
+    def __init__(self, provider: str, resp: H1Stream, idle_timeout: float) -> None:
         super().__init__(provider, resp, idle_timeout)
         self._raw_usage: dict[str, Any] = {}
         self.stop_reason: str | None = None

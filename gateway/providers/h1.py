@@ -3,8 +3,8 @@
 aiohttp's client costs ~70 µs of CPU per call on one core here, most of the pass-through
 floor and a quarter of the gateway's whole miss path; this one, an ``asyncio.Protocol`` over
 ``httptools`` (the parser uvicorn uses), ~20 µs (``python -m load_tests.client_compare``).
-Streams keep aiohttp (their flow control and line reading are its strength, and a stream's
-per-call cost is spread over its events).
+Streams (``open``) use it too: the answer's head is awaited, then the body is read as it
+arrives (``h1_stream.H1Stream``: flow control, bounded lines, release back to the pool).
 
 What it does: keep-alive connections per upstream (LIFO, closed when idle past
 ``keepalive_s`` or marked ``Connection: close``), TLS with the system trust store, request
@@ -24,41 +24,24 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
 
-from gateway.core.errors import UpstreamError
+from gateway.providers.h1_stream import H1Stream
+from gateway.providers.h1_wire import H1Error, H1Response, decoded, identity, request_head
 
+__all__ = ["RACE_IDLE_S", "H1Error", "H1Pool", "H1Response", "H1Stream", "LazyPool"]
 
-class H1Error(UpstreamError):
-    """No complete HTTP answer. ``kind``: ``connect`` (no connection), ``disconnected`` (the
-    server closed or reset it before the answer was whole), ``protocol`` (not HTTP/1.1 the
-    parser accepts, or an encoding we cannot decode), ``request`` (a header we refuse to send).
-    ``providers.http.transport_error`` turns it into the error the client sees, with the
-    provider's name."""
-
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(f"{kind}: {detail}", code=f"upstream_{kind}")
-        self.kind = kind
-
-
-@dataclass(frozen=True, slots=True)
-class H1Response:
-    status: int
-    headers: Mapping[str, str]  # names lower-cased; repeated fields joined with ", "
-    body: bytes | None  # None: the answer was larger than the caller's limit
-
-
-_DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+RACE_IDLE_S = 1.0  # a reused connection closed unanswered is retried only after this much idling
 
 
 class _Conn(asyncio.Protocol):
-    """One connection; at most one request in flight (no pipelining)."""
+    """One connection; at most one request in flight (no pipelining). A complete answer
+    resolves the waiter with an H1Response; in stream mode the head resolves it with an
+    H1Stream that the body is then fed to."""
 
     __slots__ = (
         "_got_bytes",
@@ -66,8 +49,11 @@ class _Conn(asyncio.Protocol):
         "_limit",
         "_parser",
         "_parts",
+        "_pool",
         "_size",
         "_status",
+        "_stream",
+        "_streaming",
         "_too_big",
         "_until_close",
         "_waiter",
@@ -76,12 +62,15 @@ class _Conn(asyncio.Protocol):
         "transport",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, pool: H1Pool) -> None:
+        self._pool = pool
         self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
-        self._waiter: asyncio.Future[H1Response] | None = None
+        self._waiter: asyncio.Future[H1Response | H1Stream] | None = None
+        self._stream: H1Stream | None = None
+        self._streaming = False
         self._reset(0)
 
     def _reset(self, limit: int) -> None:
@@ -115,13 +104,17 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        what = type(exc).__name__ if exc is not None else "closed"
+        stream = self._stream
+        if stream is not None:
+            stream.lost(self._until_close and exc is None, what)
+            return
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
         if self._until_close and exc is None and self._status:
             self._finish()
             return
-        what = type(exc).__name__ if exc is not None else "closed"
         kind = "disconnected" if self._got_bytes else "closed_idle"
         self._fail(H1Error(kind, f"the upstream closed the connection ({what})"))
 
@@ -133,17 +126,31 @@ class _Conn(asyncio.Protocol):
         self._headers[key] = text if old is None else f"{old}, {text}"
 
     def on_headers_complete(self) -> None:
-        self._status = self._parser.get_status_code()
+        self._status = status = self._parser.get_status_code()
         headers = self._headers
         length = headers.get("content-length")
+        if length is None and "chunked" not in headers.get("transfer-encoding", "").lower():
+            self._until_close = status >= 200 and status not in (204, 304)
+        if status < 200:
+            return  # an interim answer: the real one follows
+        if self._streaming:
+            waiter = self._waiter
+            if waiter is None or waiter.done():
+                return
+            if not identity(headers.get("content-encoding")):
+                self._fail(H1Error("protocol", "the upstream compressed a stream it was asked not to"))
+                return
+            self._stream = H1Stream(self, status, headers, self._stream_done)
+            waiter.set_result(self._stream)
+            return
         if length is not None and length.isdigit() and int(length) > self._limit:
             self._too_big = True
             self._finish()
-            return
-        if length is None and "chunked" not in headers.get("transfer-encoding", "").lower():
-            self._until_close = self._status >= 200 and self._status not in (204, 304)
 
     def on_body(self, body: bytes) -> None:
+        if self._stream is not None:
+            self._stream.feed(body)
+            return
         if self._too_big:
             return
         self._size += len(body)
@@ -155,9 +162,11 @@ class _Conn(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         if 100 <= self._status < 200:  # an interim answer: the real one follows
-            limit = self._limit
-            self._reset(limit)
+            self._reset(self._limit)
             self._got_bytes = True
+            return
+        if self._stream is not None:
+            self._stream.end(self._parser.should_keep_alive() and not self._until_close)
             return
         self._finish()
 
@@ -172,7 +181,7 @@ class _Conn(asyncio.Protocol):
             self._headers = {}
             return
         try:
-            body = _decoded(b"".join(self._parts), self._headers.get("content-encoding"), self._limit)
+            body = decoded(b"".join(self._parts), self._headers.get("content-encoding"), self._limit)
         except H1Error as exc:
             self._fail(exc)
             return
@@ -182,20 +191,38 @@ class _Conn(asyncio.Protocol):
         self._headers = {}  # bytes a broken server sends after its answer cannot touch it
 
     def _fail(self, exc: H1Error) -> None:
+        if self._stream is not None:
+            self._stream.lost(False, exc.kind)
         self.abort()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
+
+    def _stream_done(self) -> None:
+        """The stream was read to its end and released: the connection may serve again."""
+        self._pool.give_back(self)
 
     def abort(self) -> None:
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
 
-    def send(self, head: bytes, body: bytes, limit: int) -> asyncio.Future[H1Response]:
+    def pause(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    def send(
+        self, head: bytes, body: bytes, limit: int, stream: bool
+    ) -> asyncio.Future[H1Response | H1Stream]:
         assert self.transport is not None
         self._reset(limit)
-        waiter: asyncio.Future[H1Response] = asyncio.get_running_loop().create_future()
+        self._streaming = stream
+        self._stream = None
+        waiter: asyncio.Future[H1Response | H1Stream] = asyncio.get_running_loop().create_future()
         self._waiter = waiter
         self.transport.write(head)
         if body:
@@ -204,45 +231,8 @@ class _Conn(asyncio.Protocol):
 
     def done(self) -> None:
         self._waiter = None
-
-
-def _decoded(body: bytes, encoding: str | None, limit: int) -> bytes | None:
-    """The body with its content-encoding removed; None past ``limit`` decoded bytes."""
-    if not encoding or encoding.strip().lower() == "identity":
-        return body
-    wbits = _DECODERS.get(encoding.strip().lower())
-    if wbits is None:
-        raise H1Error("protocol", f"content-encoding {encoding!r} is not supported")
-    decoder = zlib.decompressobj(wbits)
-    try:
-        out = decoder.decompress(body, limit + 1)
-        if len(out) > limit:
-            return None
-        if decoder.unconsumed_tail:
-            return None  # more than limit + 1 bytes once inflated
-        return out + decoder.flush()
-    except zlib.error:
-        if wbits == zlib.MAX_WBITS:  # "deflate" sent raw, without the zlib header
-            return _raw_deflate(body, limit)
-        raise H1Error("protocol", "the compressed body is corrupt") from None
-
-
-def _raw_deflate(body: bytes, limit: int) -> bytes | None:
-    decoder = zlib.decompressobj(-zlib.MAX_WBITS)
-    try:
-        out = decoder.decompress(body, limit + 1)
-    except zlib.error:
-        raise H1Error("protocol", "the compressed body is corrupt") from None
-    return None if len(out) > limit or decoder.unconsumed_tail else out
-
-
-def _check_header(name: str, value: str) -> None:
-    for text in (name, value):
-        if "\r" in text or "\n" in text or "\0" in text:
-            raise H1Error("request", f"header {name.splitlines()[0][:40]!r} holds a line break")
-
-
-RACE_IDLE_S = 1.0  # a reused connection closed unanswered is retried only after this much idling
+        self._stream = None
+        self._streaming = False
 
 
 class H1Pool:
@@ -272,16 +262,6 @@ class H1Pool:
         self._idle: list[_Conn] = []
         self._ssl = ssl_context  # None: the system trust store, made at the first connection
 
-    def _head(self, path: str, headers: Mapping[str, str], length: int) -> bytes:
-        lines = [f"POST {self._prefix}{path} HTTP/1.1", f"Host: {self._authority}"]
-        for name, value in headers.items():
-            _check_header(name, value)
-            lines.append(f"{name}: {value}")
-        lines.append("Accept-Encoding: gzip, deflate")
-        lines.append(f"Content-Length: {length}")
-        lines.append("\r\n")
-        return "\r\n".join(lines).encode("latin-1")
-
     def _take(self) -> tuple[_Conn | None, float]:
         """A live idle connection (the most recently used) and how long it sat idle."""
         idle = self._idle
@@ -293,7 +273,7 @@ class H1Pool:
             conn.abort()
         return None, 0.0
 
-    def _give_back(self, conn: _Conn) -> None:
+    def give_back(self, conn: _Conn) -> None:
         conn.done()
         if conn.closed or conn.transport is None or conn.transport.is_closing():
             return
@@ -309,7 +289,7 @@ class H1Pool:
             self._ssl = ssl.create_default_context()
         try:
             _, conn = await loop.create_connection(
-                _Conn,
+                lambda: _Conn(self),
                 self._host,
                 self._port,
                 ssl=self._ssl if self._tls else None,
@@ -320,15 +300,25 @@ class H1Pool:
         return conn
 
     async def post(self, path: str, body: bytes, headers: Mapping[str, str], limit: int) -> H1Response:
-        """POST ``body``; the answer with its body (None past ``limit`` bytes)."""
-        try:
-            head = self._head(path, headers, len(body))
-        except UnicodeEncodeError:
-            raise H1Error("request", "a header is not latin-1 text") from None
+        """POST ``body``; the whole answer with its body (None past ``limit`` bytes)."""
+        head = request_head(self._prefix + path, self._authority, headers, len(body), compressed=True)
+        got = await self._request(head, body, limit, stream=False)
+        assert isinstance(got, H1Response)
+        return got
+
+    async def open(self, path: str, body: bytes, headers: Mapping[str, str]) -> H1Stream:
+        """POST ``body``; the answer once its head has arrived, its body still to read. The
+        caller must ``release()`` or ``close()`` it."""
+        head = request_head(self._prefix + path, self._authority, headers, len(body), compressed=False)
+        got = await self._request(head, body, 0, stream=True)
+        assert isinstance(got, H1Stream)
+        return got
+
+    async def _request(self, head: bytes, body: bytes, limit: int, stream: bool) -> H1Response | H1Stream:
         conn, idle_for = self._take()
         if conn is not None:
             try:
-                return await self._exchange(conn, head, body, limit)
+                return await self._exchange(conn, head, body, limit, stream)
             except H1Error as exc:
                 if exc.kind != "closed_idle" or idle_for < RACE_IDLE_S:
                     exc.kind = "disconnected" if exc.kind == "closed_idle" else exc.kind
@@ -336,21 +326,24 @@ class H1Pool:
             # the keep-alive race: the server closed this idle connection as we wrote to it
         conn = await self._connect()
         try:
-            return await self._exchange(conn, head, body, limit)
+            return await self._exchange(conn, head, body, limit, stream)
         except H1Error as exc:
             if exc.kind == "closed_idle":
                 exc.kind = "disconnected"
             raise
 
-    async def _exchange(self, conn: _Conn, head: bytes, body: bytes, limit: int) -> H1Response:
+    async def _exchange(
+        self, conn: _Conn, head: bytes, body: bytes, limit: int, stream: bool
+    ) -> H1Response | H1Stream:
         try:
-            response = await conn.send(head, body, limit)
+            got = await conn.send(head, body, limit, stream)
         except BaseException:
             conn.abort()
             conn.done()
             raise
-        self._give_back(conn)
-        return response
+        if not stream:
+            self.give_back(conn)
+        return got
 
     async def aclose(self) -> None:
         idle, self._idle = self._idle, []
@@ -359,7 +352,7 @@ class H1Pool:
 
 
 class LazyPool:
-    """A provider's pool, made at first use (mirrors ``http.LazySession``)."""
+    """A provider's pool, made at first use inside the running loop."""
 
     __slots__ = ("_base", "_pool")
 

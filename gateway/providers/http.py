@@ -1,16 +1,14 @@
-"""HTTP plumbing shared by the provider modules: one aiohttp session per provider, and the
-single place where transport failures and HTTP statuses become Switchyard errors."""
+"""HTTP plumbing shared by the provider modules: the single place where transport failures
+and HTTP statuses become Switchyard errors (the client itself is ``providers/h1.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import email.utils
-import io
 import time
 from collections.abc import Mapping
 
-import aiohttp
 import orjson
 
 from gateway.core.errors import (
@@ -23,37 +21,6 @@ from gateway.core.errors import (
 from gateway.core.redact import redact
 from gateway.core.types import Usage
 from gateway.providers.h1 import H1Error
-
-
-def new_session() -> aiohttp.ClientSession:
-    """A pooled keep-alive session; create it inside the running event loop."""
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
-    return aiohttp.ClientSession(
-        connector=connector,
-        json_serialize=lambda o: orjson.dumps(o).decode(),
-        auto_decompress=True,
-        trust_env=False,
-    )
-
-
-class LazySession:
-    """A provider's one pooled session, opened on first use inside the running loop (never at
-    construction) and opened again if it was closed."""
-
-    __slots__ = ("_session",)
-
-    def __init__(self) -> None:
-        self._session: aiohttp.ClientSession | None = None
-
-    def get(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = new_session()
-        return self._session
-
-    async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
@@ -129,16 +96,15 @@ def status_error(provider: str, status: int, headers: Mapping[str, str], raw: by
 
 
 def transport_error(provider: str, exc: BaseException) -> SwitchyardError:
-    """Map an aiohttp/asyncio failure (no HTTP answer) to the error tree."""
+    """Map a failure without an HTTP answer (the client's, a timeout, a socket error) to the
+    error tree."""
     if isinstance(exc, H1Error):
         return _h1_error(provider, exc)
     if isinstance(exc, SwitchyardError):
         return exc
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return UpstreamTimeoutError(f"upstream '{provider}' timed out")
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return UpstreamError(f"cannot connect to upstream '{provider}'", code="upstream_connect_error")
-    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError)):
+    if isinstance(exc, ConnectionError):
         return UpstreamError(f"upstream '{provider}' closed the connection", code="upstream_disconnected")
     return UpstreamError(f"upstream '{provider}' transport failure ({type(exc).__name__})")
 
@@ -157,29 +123,8 @@ def _h1_error(provider: str, exc: H1Error) -> SwitchyardError:
     return UpstreamError(f"upstream '{provider}' closed the connection", code="upstream_disconnected")
 
 
-def request_body(data: bytes) -> bytes | io.BytesIO:
-    """What to hand aiohttp as a request body: bytes, or over 1 MiB a BytesIO (aiohttp warns,
-    a ResourceWarning, about large raw bytes; the BytesIO is sent with the same length)."""
-    return data if len(data) < 1024 * 1024 else io.BytesIO(data)
-
-
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024  # a complete JSON answer larger than this is not an answer
 MAX_ERROR_BYTES = 64 * 1024
-
-
-async def read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes | None:
-    """The whole body, or None once it grows past ``limit`` bytes (memory stays bounded
-    whatever an upstream sends)."""
-    if resp.content_length is not None and resp.content_length > limit:
-        return None
-    parts: list[bytes] = []
-    size = 0
-    async for piece in resp.content.iter_chunked(64 * 1024):
-        size += len(piece)
-        if size > limit:
-            return None
-        parts.append(piece)
-    return b"".join(parts)
 
 
 def bad_response(provider: str, what: str) -> UpstreamError:

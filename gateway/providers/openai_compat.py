@@ -11,14 +11,14 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import aiohttp
 import orjson
 
-from gateway.core.errors import StreamBrokenError, SwitchyardError, UpstreamError
+from gateway.core.errors import StreamBrokenError, UpstreamError
 from gateway.core.types import ChatResult, RawResult, Target, Usage, usage_from_openai, usage_from_responses
 from gateway.providers import http
-from gateway.providers.h1 import H1Error, LazyPool
-from gateway.providers.openai_responses import NO_CLIENT_TIMEOUT, ResponsesEventStream
+from gateway.providers.h1 import H1Error, H1Stream, LazyPool
+from gateway.providers.openai_responses import ResponsesEventStream
+from gateway.providers.sse import MAX_EVENT_BYTES
 
 
 class OpenAICompatProvider:
@@ -30,8 +30,7 @@ class OpenAICompatProvider:
         self._headers = {"content-type": "application/json", **dict(headers or {})}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
-        self._sessions = http.LazySession()  # streams
-        self._pool = LazyPool(self._base)  # unary calls
+        self._pool = LazyPool(self._base)
 
     def __repr__(self) -> str:
         return f"OpenAICompatProvider(name={self.name!r}, base_url={self._base!r})"
@@ -97,36 +96,30 @@ class OpenAICompatProvider:
         out["stream"] = True
         opts = out.get("stream_options")
         out["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
-        idle = aiohttp.ClientTimeout(total=None, sock_read=idle_timeout)
-        resp = await self._post_stream("/chat/completions", orjson.dumps(out), timeout, idle)
-        return _OpenAIStream(self.name, resp)
+        resp = await self._post_stream("/chat/completions", orjson.dumps(out), timeout)
+        return _OpenAIStream(self.name, resp, idle_timeout)
 
-    async def _post_stream(
-        self, path: str, payload: bytes, timeout: float, client_timeout: aiohttp.ClientTimeout
-    ) -> aiohttp.ClientResponse:
+    async def _post_stream(self, path: str, payload: bytes, timeout: float) -> H1Stream:
         """POST ``payload`` and return the accepted SSE response (status 200 within ``timeout``)."""
-        session = self._sessions.get()
+        resp: H1Stream | None = None
         try:
             async with asyncio.timeout(timeout):
-                resp = await session.post(
-                    self._base + path,
-                    data=http.request_body(payload),
-                    headers=self._headers,
-                    timeout=client_timeout,
-                )
+                resp = await self._pool.get().open(path, payload, self._headers)
                 if resp.status != 200:
-                    try:
-                        raw = await http.read_limited(resp, http.MAX_ERROR_BYTES)
-                    finally:
-                        resp.release()
+                    raw = await resp.read_body(http.MAX_ERROR_BYTES)
+                    resp.release()
                     raise http.status_error(self.name, resp.status, resp.headers, raw or b"")
-        except SwitchyardError:
-            raise
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (H1Error, TimeoutError, OSError) as exc:
+            if resp is not None:
+                resp.close()
             raise http.transport_error(self.name, exc) from None
+        except BaseException:
+            if resp is not None:
+                resp.close()
+            raise
         ctype = resp.headers.get("content-type", "")
         if "text/event-stream" not in ctype:
-            resp.release()
+            resp.close()
             raise http.bad_response(self.name, f"stream content-type {ctype or 'missing'}")
         return resp
 
@@ -143,53 +136,56 @@ class OpenAICompatProvider:
     ) -> ResponsesEventStream:
         """Pass-through stream: the upstream's typed events, data bytes untouched."""
         payload = orjson.dumps({**body, "model": target.upstream_model})
-        resp = await self._post_stream("/responses", payload, timeout, NO_CLIENT_TIMEOUT)
+        resp = await self._post_stream("/responses", payload, timeout)
         return ResponsesEventStream(self.name, resp, idle_timeout)
 
     async def aclose(self) -> None:
-        await self._sessions.aclose()
         await self._pool.aclose()
 
 
 class _OpenAIStream:
     """Server-sent events from an OpenAI-compatible upstream, parsed into chunk dicts."""
 
-    def __init__(self, provider: str, resp: aiohttp.ClientResponse) -> None:
+    def __init__(self, provider: str, resp: H1Stream, idle_timeout: float) -> None:
         self._provider = provider
         self._resp = resp
+        self._idle = idle_timeout
         self.usage: Usage | None = None
 
     def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
         return self._iterate()
 
+    def _broken(self, what: str) -> StreamBrokenError:
+        return StreamBrokenError(f"upstream '{self._provider}' {what}")
+
     async def _iterate(self) -> AsyncIterator[dict[str, Any]]:
-        content = self._resp.content
+        resp = self._resp
+        finished = False
         try:
             while True:
                 try:
-                    line = await content.readline()
-                except (aiohttp.ClientError, OSError) as exc:
-                    raise StreamBrokenError(
-                        f"upstream '{self._provider}' stream broke: {type(exc).__name__}"
-                    ) from None
+                    async with asyncio.timeout(self._idle):
+                        line = await resp.readline(MAX_EVENT_BYTES)
                 except TimeoutError:
-                    raise StreamBrokenError(f"upstream '{self._provider}' stream stalled") from None
-                except (aiohttp.http_exceptions.HttpProcessingError, ValueError):
-                    # one SSE line over aiohttp's line limit (LineTooLong; ValueError before 3.11)
-                    raise StreamBrokenError(f"upstream '{self._provider}' sent an oversized event") from None
+                    raise self._broken("stream stalled") from None
+                except H1Error as exc:
+                    if exc.kind == "oversized":
+                        raise self._broken("sent an oversized event") from None
+                    raise self._broken(f"stream broke: {exc.kind}") from None
                 if not line:
-                    raise StreamBrokenError(f"upstream '{self._provider}' stream ended without [DONE]")
+                    raise self._broken("stream ended without [DONE]")
                 if not line.startswith(b"data:"):
                     continue  # blank separators, comments, event:/id: lines
                 payload = line[5:].strip()
                 if payload == b"[DONE]":
+                    finished = True
                     return
                 try:
                     chunk = orjson.loads(payload)
                 except orjson.JSONDecodeError:
-                    raise StreamBrokenError(f"upstream '{self._provider}' sent a malformed event") from None
+                    raise self._broken("sent a malformed event") from None
                 if not isinstance(chunk, dict):
-                    raise StreamBrokenError(f"upstream '{self._provider}' sent a malformed event")
+                    raise self._broken("sent a malformed event")
                 if "error" in chunk and "choices" not in chunk:
                     raise UpstreamError(f"upstream '{self._provider}' reported an error mid-stream")
                 usage = chunk.get("usage")
@@ -197,7 +193,10 @@ class _OpenAIStream:
                     self.usage = http.checked_usage(usage_from_openai(usage))
                 yield chunk
         finally:
-            self._resp.release()
+            if finished:
+                resp.release()
+            else:
+                resp.close()
 
     async def aclose(self) -> None:
         self._resp.close()

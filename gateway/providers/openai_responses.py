@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import aiohttp
-
 from gateway.core.types import usage_from_responses
 from gateway.providers import http
+from gateway.providers.h1 import H1Stream
 from gateway.providers.sse import TypedEventStream
 
-NO_CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None)
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
@@ -23,7 +21,7 @@ class ResponsesEventStream(TypedEventStream):
 
     LAST = "response.completed"
 
-    def __init__(self, provider: str, resp: aiohttp.ClientResponse, idle_timeout: float) -> None:
+    def __init__(self, provider: str, resp: H1Stream, idle_timeout: float) -> None:
         super().__init__(provider, resp, idle_timeout)
         self.response: dict[str, Any] | None = None
 

@@ -10,11 +10,11 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-import aiohttp
 import orjson
 
 from gateway.core.errors import StreamBrokenError
 from gateway.core.types import Usage
+from gateway.providers.h1 import H1Error, H1Stream
 
 MAX_EVENT_BYTES = 8 * 1024 * 1024  # one SSE event larger than this is a broken stream
 
@@ -22,7 +22,7 @@ MAX_EVENT_BYTES = 8 * 1024 * 1024  # one SSE event larger than this is a broken 
 class EventStream:
     """An accepted SSE response: framing, idle timeout, release/close."""
 
-    def __init__(self, provider: str, resp: aiohttp.ClientResponse, idle_timeout: float) -> None:
+    def __init__(self, provider: str, resp: H1Stream, idle_timeout: float) -> None:
         self._provider = provider
         self._resp = resp
         self._idle = idle_timeout
@@ -43,11 +43,11 @@ class EventStream:
     async def _read(self) -> bytes:
         try:
             async with asyncio.timeout(self._idle):
-                return await self._resp.content.readany()
+                return await self._resp.readany()
         except TimeoutError:
             raise self._broken(f"stalled for more than {self._idle:g}s") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise self._broken(f"broke ({type(exc).__name__})") from None
+        except H1Error as exc:
+            raise self._broken(f"broke ({exc.kind})") from None
 
     async def _events(self) -> AsyncGenerator[tuple[str, bytes], None]:
         """SSE framing: ``event:``/``data:`` fields, a blank line ends an event; lines end in
