@@ -52,6 +52,5 @@ def test_shutdown_closes_providers_retired_by_a_reload(tmp_path: Path) -> None:
             assert gw.app_state.services.providers["mock"] is not old
         finally:
             gw.stop()
-        session = old._sessions._session
-        assert session is None or session.closed, "the retired provider was left open"
+        assert old._pool._pool is None, "the retired provider was left open"
         gc.collect()
