@@ -148,7 +148,11 @@ class H1Stream:
         if self._eof or self._error is not None:
             self._settle()
             return
-        loop = asyncio.get_running_loop()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # released outside a loop (a finalizer): nothing can wait
+            self.close()
+            return
         self._release_timer = loop.call_later(RELEASE_WAIT_S, self.close)
 
     def _settle(self) -> None:
