@@ -145,9 +145,13 @@ class H1Stream:
             return
         self._done = True
         self._buf.clear()
+        self._buffered = 0
         if self._eof or self._error is not None:
             self._settle()
             return
+        if self._paused:  # let the rest arrive (discarded) so the end can be seen
+            self._paused = False
+            self._conn.resume()
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # released outside a loop (a finalizer): nothing can wait
