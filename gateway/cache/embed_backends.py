@@ -312,9 +312,8 @@ def load_onnx_file(source: str, path: Path) -> EncodeFn:
         # batch, so a batched text's vector moves with its neighbours (measured: cosine down
         # to 0.985 against the same text alone, at batch 4..64); and batching barely pays on
         # one thread (short texts -10..15% per text at 4..16, MMLU-length ones +40..150% at
-        # 16..64): load_tests/embed_bench.py. (Tokenizing the texts one ``encode`` at a time
-        # instead of one ``encode_batch`` measured 0.3 ms more CPU per request through the
-        # gateway: load_tests/auto_itemize.py.)
+        # 16..64): load_tests/embed_bench.py. (Tokenizing them one ``encode`` at a time, without
+        # the tokenizer's rayon threads, was no cheaper through the gateway: README, the auto path.)
         pooled = np.empty((len(texts), DIM), dtype=np.float32)
         for i, enc in enumerate(tokenizer.encode_batch(list(texts))):
             feeds = onnx_feeds(enc.ids)
