@@ -68,7 +68,7 @@ class Stages:
     def __init__(self, entries: int, seed: int) -> None:
         source, path = eb.onnx_source(Path(os.environ.get("SWITCHYARD_HOME", Path.home() / ".switchyard")))
         self.session = eb.onnx_session(source, path)
-        self.tokenizer = eb.load_tokenizer()
+        self.tokenize = eb.batch_tokenizer(eb.load_tokenizer())
         self.cache = SemanticCache(load_verifier())
         self.classifier = ComplexityClassifier.load()
         self.times: dict[str, list[int]] = {s: [] for s in STAGES}
@@ -83,7 +83,7 @@ class Stages:
         return key
 
     def _embed(self, text: str) -> Any:
-        hidden = self.session.run(None, eb.onnx_feeds(self.tokenizer.encode_batch([text])[0].ids))[0]
+        hidden = self.session.run(None, eb.onnx_feeds(self.tokenize([text])[0].ids))[0]
         return eb._normalise(hidden[0].mean(axis=0)[None, :])[0]
 
     def timed(self, stage: str, fn: Callable[[], Any]) -> Any:
@@ -95,7 +95,7 @@ class Stages:
     def request(self, text: str) -> None:
         """One auto request's own work, stage by stage (the gateway's order)."""
         key = self.timed("semantic key", lambda: self._key(text))
-        enc = self.timed("tokenizer", lambda: self.tokenizer.encode_batch([key.text])[0])
+        enc = self.timed("tokenizer", lambda: self.tokenize([key.text])[0])
         hidden = self.timed("ORT run", lambda: self.session.run(None, eb.onnx_feeds(enc.ids))[0])
         vec = self.timed("pooling", lambda: eb._normalise(hidden[0].mean(axis=0)[None, :])[0])
         self.timed("  of which query analysis", lambda: rule_key(analyse(text)))

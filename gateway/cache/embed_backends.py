@@ -294,6 +294,13 @@ def onnx_session(source: str, path: Path) -> Any:
     )
 
 
+def batch_tokenizer(tokenizer: Any) -> Callable[[list[str]], list[Any]]:
+    """The tokenizer's batch encoder: ``encode_batch_fast`` (tokenizers >= 0.20: the same ids,
+    no character offsets; 46 -> 37 us per bench prompt), else ``encode_batch``."""
+    fn: Callable[[list[str]], list[Any]] = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+    return fn
+
+
 def onnx_feeds(ids: Sequence[int]) -> dict[str, npt.NDArray[np.int64]]:
     """The session's inputs for one unpadded text's token ids."""
     arr = np.asarray([ids], dtype=np.int64)
@@ -302,7 +309,7 @@ def onnx_feeds(ids: Sequence[int]) -> dict[str, npt.NDArray[np.int64]]:
 
 def load_onnx_file(source: str, path: Path) -> EncodeFn:
     session = onnx_session(source, path)
-    tokenizer = load_tokenizer()
+    tokenize = batch_tokenizer(load_tokenizer())
     lock = threading.Lock()
 
     def encode(texts: Sequence[str]) -> npt.NDArray[np.float32]:
@@ -315,7 +322,7 @@ def load_onnx_file(source: str, path: Path) -> EncodeFn:
         # 16..64): load_tests/embed_bench.py. (Tokenizing them one ``encode`` at a time, without
         # the tokenizer's rayon threads, was no cheaper through the gateway: README, the auto path.)
         pooled = np.empty((len(texts), DIM), dtype=np.float32)
-        for i, enc in enumerate(tokenizer.encode_batch(list(texts))):
+        for i, enc in enumerate(tokenize(list(texts))):
             feeds = onnx_feeds(enc.ids)
             with lock:
                 hidden = session.run(None, feeds)[0]
