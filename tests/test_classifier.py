@@ -121,6 +121,20 @@ def test_score_is_computed_from_the_stored_weights() -> None:
         clf.score(vec[:10], text)
 
 
+def test_one_prompt_scores_to_the_bit_as_in_a_batch_of_one() -> None:
+    """score()'s float path must give score_batch's bits: routing decisions sit on a threshold."""
+    clf = ComplexityClassifier.load()
+    rng = np.random.default_rng(7)
+    texts = ["hi", "", "x" * 3000, "Explain why 17 * 23 = 391.\n(A) yes\n(B) no", "def f(x): return x;"]
+    texts += [
+        " ".join(rng.choice(["how", "many", "apples", "12", "+", "why", "?", "\n"], size=n))
+        for n in range(1, 60)
+    ]
+    for i, text in enumerate(texts * 4):
+        vec = rng.normal(size=384).astype(np.float32) * (1.0 if i % 3 else 40.0)  # saturated heads too
+        assert clf.score(vec, text) == clf.score_batch(vec[None, :], [text])[0]
+
+
 def test_scoring_one_prompt_is_well_under_a_millisecond() -> None:
     clf = ComplexityClassifier.load()
     vec = np.ones(384, dtype=np.float32) / np.sqrt(384)

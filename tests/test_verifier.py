@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gateway.cache import verifier_text as vt
 from gateway.cache.verifier import (
     FEATURES,
     INPUT_DIM,
@@ -20,6 +21,7 @@ from gateway.cache.verifier import (
     load_verifier,
     model_input,
 )
+from gateway.cache.verifier_text import Text
 from gateway.lab.verifier_train import (
     fit_ensemble,
     is_heldout,
@@ -83,6 +85,56 @@ def test_tokens_keep_symbols_scripts_and_code_names_apart() -> None:
     for a, b in other:
         assert analyse(a).words != analyse(b).words, (a, b)
     assert analyse("What is C# used for?").code == ("c#",)
+
+
+def _analyse_reference(text: str) -> Text:
+    """analyse() as first written (one generator per field): the lean version must match it."""
+    tokens = [t for t in vt._TOKEN.findall(text) if not set(t) <= vt._PUNCT]
+    words = tuple(t.lower() for t in tokens)
+    numbers = [n.replace(",", "") for n in vt._NUMBER.findall(text)]
+    numbers += [vt._NUMBER_WORDS[w] for w in words if w in vt._NUMBER_WORDS]
+    operators = [o.replace("×", "*").replace("÷", "/") for o in vt._OPERATOR.findall(text)]
+    operators += [vt._OPERATOR_WORDS[w] for w in words if w in vt._OPERATOR_WORDS]
+    negated = any(w in vt._NEGATIONS or w.endswith("n't") for w in words)
+    caps = frozenset(t.lower() for t in tokens[1:] if t[:1].isupper() and t.lower() not in vt._STOP)
+    qword = next((w for w in words if w in vt._QWORDS), "")
+    content = frozenset(w for w in words if w not in vt._STOP and w not in vt._NEGATIONS)
+    code = tuple(sorted(w for w in words if len(w) > 1 and w[0].isalnum() and w[-1] in "+#"))
+    return Text(
+        text, words, tuple(sorted(numbers)), tuple(sorted(operators)), negated, caps, qword, content, code
+    )
+
+
+def test_analysis_matches_the_reference_field_by_field() -> None:
+    texts = [
+        "", "?!", "-- ... ?", "C++ and C# vs C", "I can't, won't; NOT never", "\u201cquoted\u201d \u2026 \u2018x\u2019",
+        "1,000,000 plus 2×3 ÷ 4 = 5", "İstanbul ǅ ß ﬁ 東京 의", "a' 'b it's O'Neil", "What is Two times TEN?",
+        "Why is the best rust crate better than the worst?", "x " * 300,
+    ]  # fmt: skip
+    rng = np.random.default_rng(3)
+    pieces = [
+        "How",
+        "many",
+        "12",
+        "3.5",
+        "+",
+        "-",
+        "n't",
+        "not",
+        "?",
+        "!",
+        "C++",
+        "Paris",
+        "the",
+        "'",
+        "…",
+        "(",
+        ")",
+    ]
+    texts += [" ".join(rng.choice(pieces, size=n)) for n in range(1, 80)]
+    texts += ["".join(rng.choice(pieces, size=n)) for n in range(1, 40)]
+    for text in texts:
+        assert analyse(text) == _analyse_reference(text), text
 
 
 def test_shipped_weights_are_small_documented_and_loadable() -> None:

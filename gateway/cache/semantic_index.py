@@ -90,9 +90,12 @@ class PartitionIndex:
         self._finish_upgrade()
         if self.ntotal == 0:
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        want = min(self.ntotal, k + min(len(self._dead), 32))
+        dead = self._dead
+        want = min(self.ntotal, k + min(len(dead), 32))
         scores, ids = self._index.search(vec.reshape(1, DIM), want)
-        keep = (ids[0] >= 0) & np.array([int(i) not in self._dead for i in ids[0]], dtype=bool)
+        keep = ids[0] >= 0
+        if dead:  # else nothing to filter (the usual case: no removal since the last compaction)
+            keep &= np.array([int(i) not in dead for i in ids[0]], dtype=bool)
         return scores[0][keep][:k], ids[0][keep][:k]
 
     def vector(self, eid: int) -> Vectors:

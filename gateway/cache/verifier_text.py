@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 _TOKEN = re.compile(r"\w+(?:'\w+)?(?:\+\+|#)?|[^\w\s]+")
 _PUNCT = frozenset("?.!,;:'\"`-\u201c\u201d\u2018\u2019\u2026")
+_PUNCT_CHARS = "".join(sorted(_PUNCT))  # str.strip's argument
 _NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?![\d,])|\d+(?:\.\d+)?")
 _OPERATOR = re.compile(r"(?<=[\s\d)])([+*/^%×÷=<>-])(?=[\s\d(])")
 _NUMBER_WORDS = {
@@ -40,6 +41,7 @@ _STOP_WORDS = (
     "some any all each every get got have has had"
 )
 _STOP = frozenset(_STOP_WORDS.split())
+_NOT_CONTENT = _STOP | _NEGATIONS
 _COMPARATIVE_WORDS = (
     "better best worse worst more less most least faster fastest cheaper cheapest easier easiest "
     "harder hardest bigger biggest larger largest smaller smallest higher highest lower lowest"
@@ -81,16 +83,18 @@ class Text:
 
 
 def analyse(text: str) -> Text:
-    tokens = [t for t in _TOKEN.findall(text) if not set(t) <= _PUNCT]
-    words = tuple(t.lower() for t in tokens)
+    """The parts of ``text`` (every lookup analyses its query: kept lean, set operations over
+    per-word generators where they give the same result)."""
+    tokens = [t for t in _TOKEN.findall(text) if t.strip(_PUNCT_CHARS)]  # not all punctuation
+    words = tuple(map(str.lower, tokens))
     numbers = [n.replace(",", "") for n in _NUMBER.findall(text)]
     numbers += [_NUMBER_WORDS[w] for w in words if w in _NUMBER_WORDS]
     operators = [o.replace("×", "*").replace("÷", "/") for o in _OPERATOR.findall(text)]
     operators += [_OPERATOR_WORDS[w] for w in words if w in _OPERATOR_WORDS]
-    negated = any(w in _NEGATIONS or w.endswith("n't") for w in words)
+    negated = not _NEGATIONS.isdisjoint(words) or any(w.endswith("n't") for w in words)
     caps = frozenset(t.lower() for t in tokens[1:] if t[:1].isupper() and t.lower() not in _STOP)
     qword = next((w for w in words if w in _QWORDS), "")
-    content = frozenset(w for w in words if w not in _STOP and w not in _NEGATIONS)
+    content = frozenset(words) - _NOT_CONTENT
     code = tuple(sorted(w for w in words if len(w) > 1 and w[0].isalnum() and w[-1] in "+#"))
     return Text(
         text, words, tuple(sorted(numbers)), tuple(sorted(operators)), negated, caps, qword, content, code
