@@ -228,15 +228,17 @@ def markdown(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m load_tests.auto_path", description=__doc__)
-    p.add_argument("--quick", action="store_true", help="1 run of 3 s per measure")
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="3 s per measure, 1 run unless --runs")
+    p.add_argument("--runs", type=int, default=None, help="repetitions (default 3, or 1 with --quick)")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--rps", type=float, default=100.0, help="open-loop rate")
     p.add_argument("--clients", type=int, default=32, help="closed-loop concurrency")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
+    if args.runs is None:
+        args.runs = 1 if args.quick else 3
     if args.quick:
-        args.runs, args.seconds = 1, 3.0
+        args.seconds = 3.0
     pinned = (os.cpu_count() or 1) >= 2
     mock = MockProcess.start({1} if pinned else None)
     if pinned:
