@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.ledger.report import spend
-from gateway.ledger.schema import SQLITE_MIGRATIONS, TABLE
+from gateway.ledger.schema import SCHEMA_VERSION, SQLITE_MIGRATIONS, TABLE
 from gateway.ledger.sqlite import money_e10, read_rows
 from gateway.ledger.store import SQLiteLedger
 from tests.test_ledger_store import count, make_row, reader
@@ -155,7 +155,7 @@ def test_v1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
     led.write(make_row(1))
     led.close()
     with reader(path) as conn:
-        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == 5
+        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION
         assert conn.execute(f"SELECT cost_e10 FROM {TABLE} WHERE request_id = 'a'").fetchone()[0] == 3
         with pytest.raises(sqlite3.IntegrityError):
             conn.execute(

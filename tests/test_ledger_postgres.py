@@ -19,6 +19,7 @@ from gateway.ledger.pg import pg_connect
 from gateway.ledger.postgres import PostgresLedger
 from gateway.ledger.query import LedgerUnavailable, spent_by, spent_since
 from gateway.ledger.report import savings_by_cause, spend, spend_series, to_csv
+from gateway.ledger.schema import SCHEMA_VERSION
 from gateway.ledger.store import SQLiteLedger
 from gateway.limits.gate import Limits
 from tests.pg_support import scratch_schema
@@ -78,7 +79,7 @@ def test_rows_arrive_once_with_migrations(pg_url: str, tmp_path: Path) -> None:
         led.close()
     with pg_connect(pg_url) as conn:
         versions = conn.execute("SELECT version FROM schema_migrations ORDER BY 1").fetchall()
-        assert versions == [(1,), (2,), (3,), (4,), (5,)]
+        assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
         got = conn.execute(
             "SELECT request_id, cost_usd, savings_cause FROM ledger ORDER BY request_id"
         ).fetchall()

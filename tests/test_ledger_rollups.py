@@ -22,6 +22,7 @@ from gateway.ledger.query import LedgerDb, Window, grouped, open_db, plan, spent
 from gateway.ledger.report import GROUPS, spend, spend_series
 from gateway.ledger.schema import (
     POSTGRES_MIGRATIONS,
+    SCHEMA_VERSION,
     SQLITE_INSERT_SQL,
     SQLITE_MIGRATIONS,
     apply_migrations,
@@ -262,7 +263,7 @@ def test_sqlite_migration_back_fills_the_rollups_and_keeps_old_rows(tmp_path: Pa
     new = [make_row(1000 + i, ts=T0 + i * 977.0, conversation="feedfacefeedface") for i in range(40)]
     _write_sqlite(path, new)  # the writer migrates (v3, v4 with its back-fill), then writes
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == 5
+        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION
         assert conn.execute("SELECT COUNT(*) FROM ledger WHERE conversation IS NULL").fetchone()[0] == len(
             old
         )
@@ -286,7 +287,7 @@ def test_postgres_migration_back_fills_the_rollups_and_keeps_old_rows(pg_url: st
     new = [make_row(2000 + i, ts=T0 + i * 1601.0, conversation="feedfacefeedface") for i in range(30)]
     _write_postgres(pg_url, tmp_path / "outbox.db", new)  # the shipper migrates, then ships
     with pg_connect(pg_url) as conn:
-        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone() == (5,)
+        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone() == (SCHEMA_VERSION,)
         assert conn.execute("SELECT COUNT(*) FROM ledger WHERE conversation IS NULL").fetchone() == (
             len(old),
         )

@@ -19,6 +19,7 @@ import pytest
 from gateway.core.ledger_row import LedgerRow
 from gateway.ledger.open import open_ledger
 from gateway.ledger.postgres import PostgresLedger
+from gateway.ledger.schema import SCHEMA_VERSION
 from gateway.ledger.sqlite import TABLE, ledger_path, read_rows
 from gateway.ledger.store import SQLiteLedger
 
@@ -83,16 +84,10 @@ def ledger(tmp_path: Path) -> Iterator[SQLiteLedger]:
 def test_schema_wal_and_migrations(ledger: SQLiteLedger) -> None:
     with reader(ledger.path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [
-            (1,),
-            (2,),
-            (3,),
-            (4,),
-            (5,),
-        ]
+        assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [(v,) for v in range(1, 7)]
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"ledger_rollup_hour", "ledger_rollup_day"} <= tables
+    assert {"ledger_rollup_hour", "ledger_rollup_day", "ledger_rollup_mark"} <= tables
     assert "ix_ledger_conversation_ts" in names
     assert {"ix_ledger_ts_conversation", "ix_ledger_tenant_ts", "ix_ledger_served_model_ts"} <= names
     assert "ix_ledger_ts" not in names  # v5: the covering ts index replaced it
@@ -111,7 +106,7 @@ def test_second_start_on_same_file_is_idempotent(ledger: SQLiteLedger) -> None:
     other.write(make_row(1))
     other.close()
     with reader(ledger.path) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == 5
+        assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION
     assert count(ledger.path) == 1
 
 

@@ -8,7 +8,10 @@ PostgreSQL (exact NUMERIC sums). Money leaves as ``Decimal`` quantized to 1e-10 
 the rollups (schema v4: ``ledger_rollup_day`` for whole days, ``ledger_rollup_hour`` for the
 whole hours around them), the partial hours at the window's edges from the raw rows. A bucket
 is "whole" by the same hour function the writers file rows under (``trunc(ts / 3600)``), so
-every row is counted once, by exactly one of the parts, and the sums are exact. Groups the
+every row is counted once, by exactly one of the parts, and the sums are exact. On SQLite the
+writer rolls rows up a little after committing them (schema v6): the rows after the rollup mark
+are read raw for the whole buckets too, in the same read transaction as the rollups and the
+mark (a report is one snapshot), so they are counted once as well. Groups the
 rollups do not keep (``conversation``: too many) are read from the raw rows: the top N
 conversations are picked from the covering ts index alone (schema v5), then only their rows
 are summed. ``spent_by`` (one key, tenant or route) takes the same plan as every report.
@@ -29,7 +32,7 @@ from typing import Any, Final, Literal
 from gateway.core.errors import ServiceUnavailableError
 from gateway.ledger.pg import REPORT_CONNECTIONS
 from gateway.ledger.pricing import quantize_usd
-from gateway.ledger.rollup import decode, encode, hour_of
+from gateway.ledger.rollup import decode, encode, hour_of, mark
 from gateway.ledger.schema import (
     DIM_SQL,
     POSTGRES_HOUR_SQL,
@@ -87,10 +90,13 @@ class Window:
 class LedgerDb:
     """One open ledger connection (see ``open_db``)."""
 
-    def __init__(self, dialect: Dialect, conn: Any, *, rollups: bool = False) -> None:
+    def __init__(
+        self, dialect: Dialect, conn: Any, *, rollups: bool = False, rolled_through: int | None = None
+    ) -> None:
         self.dialect = dialect
         self.conn = conn
         self.rollups = rollups  # the rollup tables exist and are kept (schema v4)
+        self.rolled_through = rolled_through  # SQLite v6: rows after this id are not rolled up yet
 
     # -- dialect pieces --------------------------------------------------------------------
     def group_sql(self, group: str) -> str:
@@ -226,10 +232,14 @@ def open_db(url: str | Path) -> Iterator[LedgerDb | None]:
     if not path.is_file():
         yield None
         return
-    conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000)
+    conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        yield LedgerDb("sqlite", conn, rollups=True) if _sqlite_ready(conn) else None
+        if not _sqlite_ready(conn):
+            yield None
+            return
+        conn.execute("BEGIN")  # one snapshot (WAL) for the mark, the rollups and the raw rows
+        yield LedgerDb("sqlite", conn, rollups=True, rolled_through=mark(conn))
     finally:
         conn.close()
 
@@ -319,7 +329,12 @@ def grouped(
         extra, params = _only(db, group, only)
         _add(out, _raw(db, group, bucket, window, extra, params, top), decoded=False)
         return out
-    for source, a, b in plan(window.since, window.until, hourly=bucket == "hour"):
+    parts = plan(window.since, window.until, hourly=bucket == "hour")
+    if db.rolled_through is not None and any(source != "raw" for source, _, _ in parts):
+        lo = None if window.since is None else hour_of(window.since) + 1
+        hi = None if window.until is None else hour_of(window.until)
+        _add(out, _unrolled(db, group, bucket, window.tenant, lo, hi, only), decoded=False)
+    for source, a, b in parts:
         if source == "raw":
             edge = Window(a.since, a.until, window.tenant)
             extra, params = _only(db, group, only)
@@ -372,6 +387,35 @@ def _raw(
             all_params = (*all_params, *ids)
     sql = f"SELECT {db.bucket_sql(bucket)}, {db.group_sql(group)}, {db.aggregates()} FROM {TABLE}{where}"
     return db.rows(sql + " GROUP BY 1, 2", all_params)
+
+
+def _unrolled(
+    db: LedgerDb,
+    group: str,
+    bucket: str,
+    tenant: str | None,
+    first_hour: int | None,
+    end_hour: int | None,
+    only: str | None,
+) -> list[tuple[Any, ...]]:
+    """The rows after the rollup mark filed under the whole hours ``[first_hour, end_hour)``
+    (the hours ``plan`` reads from the rollups): a rowid range, never an index walk (``+``)."""
+    clauses: list[str] = ["id > ?"]
+    params: list[Any] = [db.rolled_through]
+    for sql, v in (
+        ("+tenant = ?", tenant),
+        (f"{db.hour_sql} >= ?", first_hour),
+        (f"{db.hour_sql} < ?", end_hour),
+        (f"{db.group_sql(group)} = ?", only),
+    ):
+        if v is not None:
+            clauses.append(sql)
+            params.append(v)
+    sql = (
+        f"SELECT {db.bucket_sql(bucket)}, {db.group_sql(group)}, {db.aggregates()} FROM {TABLE} "
+        f"WHERE {' AND '.join(clauses)} GROUP BY 1, 2"
+    )
+    return db.rows(sql, params)
 
 
 def _top_conversations(db: LedgerDb, where: str, params: tuple[Any, ...], top: int) -> list[str]:

@@ -1,6 +1,8 @@
 """Write side of the ledger's rollups: what a batch of newly inserted rows adds to
-``ledger_rollup_hour`` and ``ledger_rollup_day`` (schema v4), as upserts the writer runs in
-the same transaction as the rows (SQLite writer thread; PostgreSQL shipper).
+``ledger_rollup_hour`` and ``ledger_rollup_day`` (schema v4), as upserts. The PostgreSQL
+shipper runs them in the same transaction as the rows; the SQLite writer commits rows alone
+and rolls them up a little later in batches (``roll``, schema v6): the rows after
+``ledger_rollup_mark.through`` are not in the rollups yet, and reports read them raw.
 
 A row counts once per dimension (model, route, tenant, provider, key, cause) in its hour
 bucket (``trunc(ts / 3600)`` in IEEE double arithmetic, as the SQL of the back-fill and of the
@@ -11,6 +13,7 @@ integer units of 1e-10 USD (the ledger's quantum), so no float drift, ever.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
 from operator import itemgetter
@@ -22,8 +25,10 @@ from gateway.ledger.schema import (
     ROLLUP_DIMS,
     ROLLUP_HOUR,
     ROLLUP_KEY,
+    ROLLUP_MARK,
     ROLLUP_MEASURES,
     SQLITE_COLUMNS,
+    TABLE,
 )
 
 Cell = tuple[str, int, str, str]  # (dim, bucket, tenant, encoded value)
@@ -149,3 +154,27 @@ def params(
         else:
             out.append((*cell, *sums))
     return out
+
+
+_TAIL_SQL: Final = f"SELECT id, {', '.join(Fact._fields)} FROM {TABLE} WHERE id > ? ORDER BY id LIMIT ?"
+ROLL_LIMIT: Final = 4096  # rows per roll transaction
+
+
+def mark(conn: sqlite3.Connection) -> int:
+    """The id through which the rows are in the rollups (SQLite, schema v6)."""
+    row = conn.execute(f"SELECT through FROM {ROLLUP_MARK}").fetchone()
+    return int(row[0]) if row else 0
+
+
+def roll(conn: sqlite3.Connection, limit: int = ROLL_LIMIT) -> int:
+    """Add up to ``limit`` rows after the mark to the rollups and move the mark past them, in
+    the caller's write transaction (so two writers never roll the same row). Returns how many
+    rows it rolled up (fewer than ``limit``: none are left)."""
+    through = mark(conn)
+    tail = conn.execute(_TAIL_SQL, (through, limit)).fetchall()
+    if not tail:
+        return 0
+    for table, table_cells in cells(Fact._make(r[1:]) for r in tail).items():
+        conn.executemany(SQLITE_UPSERT[table], params(table_cells))
+    conn.execute(f"UPDATE {ROLLUP_MARK} SET through = ?", (tail[-1][0],))
+    return len(tail)

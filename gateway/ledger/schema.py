@@ -19,6 +19,11 @@ of 1e-10 USD (``cost_e10``) that SQL can sum exactly and fast.
       PostgreSQL (ts) INCLUDE (conversation, cost_usd), replacing the plain ts index (still
       every ts range's index; no more indexes to keep per insert): the most expensive
       conversations of a window are picked from the index alone (``query._top_conversations``)
+  v6  SQLite: ``ledger_rollup_mark``, the id through which the rows are in the rollups. The
+      writer commits rows alone and adds them to the rollups a little later, in batches
+      (``rollup.roll``); a report adds the rows after the mark from the raw table, so it stays
+      exact (``query.grouped``). PostgreSQL: nothing (its shipper keeps the rollups in the
+      insert's transaction); the version number is kept the same on both stores
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any, Final, Protocol
 from gateway.core.ledger_row import LedgerRow
 
 TABLE: Final = "ledger"
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 COLUMNS: Final[tuple[str, ...]] = tuple(f.name for f in fields(LedgerRow))
 SQLITE_COLUMNS: Final = (*COLUMNS, "cost_e10", "baseline_e10")
 
@@ -112,6 +117,7 @@ ROLLUP_MEASURES: Final[tuple[str, ...]] = (
     "savings",
 )
 ROLLUP_KEY: Final[tuple[str, ...]] = ("dim", "bucket", "tenant", "value")
+ROLLUP_MARK: Final = f"{TABLE}_rollup_mark"  # v6 (SQLite): rows with id <= through are rolled up
 
 
 def _rollup_tables(integer: str, money: str, suffix: str) -> tuple[str, ...]:
@@ -178,6 +184,11 @@ SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         *_backfill(SQLITE_HOUR_SQL, "cost_e10", "baseline_e10"),
     ),
     5: _v5("(ts, conversation, cost_e10)"),
+    6: (
+        f"CREATE TABLE IF NOT EXISTS {ROLLUP_MARK} (one INTEGER PRIMARY KEY CHECK (one = 1), "
+        "through INTEGER NOT NULL)",
+        f"INSERT INTO {ROLLUP_MARK} (one, through) SELECT 1, COALESCE(MAX(id), 0) FROM {TABLE}",
+    ),
 }
 
 POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -196,6 +207,7 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         *_backfill(POSTGRES_HOUR_SQL, "cost_usd", "baseline_cost_usd"),
     ),
     5: _v5("(ts) INCLUDE (conversation, cost_usd)"),
+    6: (),  # the rollups stay in the insert's transaction (see v6 above)
 }
 
 MIGRATIONS_TABLE_SQL: Final = (

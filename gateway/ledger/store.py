@@ -10,10 +10,12 @@ right after. The writer resolves the futures of a batch with one ``call_soon_thr
 event loop. Without waiting submitters it lingers up to ``flush_interval`` seconds to let a
 batch fill; a submitted row is committed at once (rows arriving meanwhile form the next batch).
 ``flush()`` places a marker in the same FIFO queue and waits until the writer has committed
-everything in front of it. ``INSERT ... ON CONFLICT (request_id) DO NOTHING`` makes a replayed
-row harmless. In the same transaction the writer adds the rows it really inserted (not a
-replayed request id: ``_fresh`` asks the table first) to the hourly and daily rollups
-(``rollup``), so the rollups always agree with the rows.
+(and rolled up) everything in front of it. ``INSERT ... ON CONFLICT (request_id) DO NOTHING``
+makes a replayed row harmless. Rows are committed alone; the writer adds them to the hourly and
+daily rollups a little later in their own transaction (``rollup.roll``: every ``ROLL_ROWS``
+rows, after ``ROLL_INTERVAL_S`` seconds, on ``flush()`` and at start-up for rows a crash left),
+so a one-row commit a client waits for touches the ledger table only. Reports stay exact
+meanwhile: they read the rows after the rollup mark raw (``query.grouped``).
 
 WAL checkpoints run on a ``checkpoint.Checkpointer`` thread with its own connection, never
 inside a commit a request waits for (SQLite's automatic checkpoint would: a 2-8 ms stall every
@@ -46,7 +48,6 @@ from gateway.ledger.sqlite import (
     INSERT_SQL,
     SCHEMA_VERSION,
     TABLE,
-    Param,
     connect,
     immediate,
     is_locked_error,
@@ -69,7 +70,8 @@ __all__ = [
 Waiter = tuple[LedgerRow, "asyncio.Future[bool]"]
 
 log = logging.getLogger(__name__)
-_ID_CHUNK = 500  # request ids per duplicate probe (under SQLite's bound parameter limit)
+ROLL_ROWS = 512  # roll up once this many rows wait (a few ms of work in the writer thread)
+ROLL_INTERVAL_S = 0.25  # ... or once rows have waited this long
 
 
 def _resolve(futures: list[asyncio.Future[bool]], committed: bool) -> None:
@@ -86,21 +88,6 @@ class _Marker:
 
     def __init__(self) -> None:
         self.done = threading.Event()
-
-
-def _fresh(conn: sqlite3.Connection, params: list[tuple[Param, ...]]) -> list[tuple[Param, ...]]:
-    """The rows of ``params`` the insert will really insert: the first of each request id,
-    unless the table has it already (read in the insert's own write transaction)."""
-    seen: dict[Param, tuple[Param, ...]] = {}
-    for p in params:
-        seen.setdefault(p[0], p)
-    ids = list(seen)
-    for i in range(0, len(ids), _ID_CHUNK):
-        chunk = ids[i : i + _ID_CHUNK]
-        marks = ", ".join("?" for _ in chunk)
-        for (found,) in conn.execute(f"SELECT request_id FROM {TABLE} WHERE request_id IN ({marks})", chunk):
-            del seen[found]
-    return list(seen.values())
 
 
 class SQLiteLedger:
@@ -141,6 +128,9 @@ class SQLiteLedger:
         self._committed_hook: Any = None  # called (in the writer thread) after each commit
         self._checkpointer: Checkpointer | None = None  # WAL checkpoints off the commit path
         self._background_checkpoints = background_checkpoints  # False: SQLite's, inside commits
+        self._unrolled = 1 if self._rollups else 0  # rows committed, not yet rolled up (1: look at start)
+        self._rolled_at = time.monotonic()
+        self.roll_errors = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -273,14 +263,20 @@ class SQLiteLedger:
     def _run(self) -> None:
         try:
             while True:
-                self._wake.wait()
-                if not self._stopping and len(self._queue) < self._batch_size:
-                    self._urgent.wait(self._flush_interval)  # linger: let a batch fill
-                # Clear before draining: a write() after this point sets _wake again.
-                self._wake.clear()
-                self._urgent.clear()
-                self._drain()
+                woke = self._wake.wait(ROLL_INTERVAL_S if self._unrolled else None)
+                if woke:
+                    if not self._stopping and len(self._queue) < self._batch_size:
+                        self._urgent.wait(self._flush_interval)  # linger: let a batch fill
+                    # Clear before draining: a write() after this point sets _wake again.
+                    self._wake.clear()
+                    self._urgent.clear()
+                    self._drain()
+                if self._unrolled and (
+                    self._unrolled >= ROLL_ROWS or time.monotonic() - self._rolled_at >= ROLL_INTERVAL_S
+                ):
+                    self._roll()
                 if self._stopping and not self._queue:
+                    self._roll()
                     return
         except BaseException:  # pragma: no cover - a bug; keep it visible via healthy()
             log.exception("ledger writer crashed")
@@ -289,6 +285,27 @@ class SQLiteLedger:
             if self._closed and self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+    def _roll(self) -> None:
+        """Add every committed row after the rollup mark to the rollups (``rollup.roll``), in
+        transactions of ``rollup.ROLL_LIMIT`` rows. A failure leaves the rows where they are
+        (reports read them raw) and is retried at the next roll."""
+        self._rolled_at = time.monotonic()
+        conn = self._conn
+        if not self._rollups or conn is None:
+            self._unrolled = 0
+            return
+        try:
+            while True:
+                with immediate(conn):
+                    n = rollup.roll(conn)
+                if n < rollup.ROLL_LIMIT:
+                    break
+            self._unrolled = 0
+        except sqlite3.Error as exc:
+            self.roll_errors += 1
+            if self.roll_errors & (self.roll_errors - 1) == 0:  # 1st, 2nd, 4th...: no log flood
+                log.error("ledger rollup failed (rows stay exact in reports; retrying): %s", exc)
 
     def _drain(self) -> None:
         queue = self._queue
@@ -313,6 +330,8 @@ class SQLiteLedger:
             self._inflight = 0
             if waiters:
                 self._release(waiters, committed)
+            if markers:
+                self._roll()
             for marker in markers:
                 marker.done.set()
             hook = self._committed_hook
@@ -368,13 +387,9 @@ class SQLiteLedger:
             raise sqlite3.OperationalError("ledger connection is closed")
         params = [row_params(r) for r in batch]
         with immediate(conn):
-            if not self._rollups:
-                conn.executemany(INSERT_SQL, params)
-                return
-            fresh = _fresh(conn, params)
-            conn.executemany(INSERT_SQL, fresh)
-            for table, table_cells in rollup.cells(rollup.facts(fresh)).items():
-                conn.executemany(rollup.SQLITE_UPSERT[table], rollup.params(table_cells))
+            conn.executemany(INSERT_SQL, params)
+        if self._rollups:
+            self._unrolled += len(params)
 
     def _insert_one_by_one(self, batch: list[LedgerRow]) -> None:
         for row in batch:
