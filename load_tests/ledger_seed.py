@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gateway.ledger.schema import (
+    DROPPED_V7,
     POSTGRES_MIGRATIONS,
     ROLLUP_DAY,
     ROLLUP_HOUR,
@@ -111,7 +112,7 @@ def _rebuilt(indexes: list[Any], all_indexes: bool) -> list[Any]:
     """The indexes to build after the load: the (conversation, ts) index the top-N
     conversation report sums its picks with (``all_indexes``: every one). The plain ts index
     is not rebuilt: v5 replaced it by the covering one, which the migration builds."""
-    kept = [ix for ix in indexes if ix[0] != f"ix_{TABLE}_ts"]
+    kept = [ix for ix in indexes if ix[0] != f"ix_{TABLE}_ts" and ix[0] not in DROPPED_V7]
     return [ix for ix in kept if all_indexes or ix[0] == f"ix_{TABLE}_conversation_ts"]
 
 

@@ -272,6 +272,42 @@ async def test_cancelled_call_drops_its_connection() -> None:
         srv.close()
 
 
+async def test_deadlines_fail_late_calls_only_and_the_sweep_stops() -> None:
+    """``post(timeout=...)``: a call past its deadline raises TimeoutError about on time and
+    drops its connection; calls with later deadlines, on the same sweep, are untouched; the
+    sweep timer is gone once nothing waits."""
+
+    def reply(req: bytes) -> list[bytes] | None:
+        return [] if b"/slow" in req.split(b"\r\n")[0] else ok(b"{}")
+
+    server, srv = await started(reply)
+    pool = H1Pool(f"http://127.0.0.1:{server.port}")
+    loop = asyncio.get_running_loop()
+    try:
+
+        async def timed(path: str, timeout: float) -> tuple[str, float]:
+            t0 = loop.time()
+            try:
+                await pool.post(path, b"", HEADERS, 100, timeout)
+                return "ok", loop.time() - t0
+            except TimeoutError:
+                return "timeout", loop.time() - t0
+
+        slow_short, slow_long, fast = await asyncio.gather(
+            timed("/slow", 0.02), timed("/slow", 0.3), timed("/x", 5.0)
+        )
+        assert slow_short[0] == "timeout" and 0.015 <= slow_short[1] < 0.2, slow_short  # nearer than SWEEP_S
+        assert slow_long[0] == "timeout" and 0.29 <= slow_long[1] < 0.3 + h1.SWEEP_S + 0.2, slow_long
+        assert fast[0] == "ok"
+        assert pool._waiting == set() and pool._sweep is None
+        assert len(pool._idle) == 1  # the two timed-out connections were dropped, not pooled
+        assert (await pool.post("/x", b"", HEADERS, 100, 5.0)).status == 200
+        assert server.connections == 3
+    finally:
+        await pool.aclose()
+        srv.close()
+
+
 async def test_idle_connections_expire_and_server_closes_are_seen() -> None:
     server, srv = await started(lambda req: ok(b"{}"))
     pool = H1Pool(f"http://127.0.0.1:{server.port}", keepalive_s=0.05)

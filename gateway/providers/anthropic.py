@@ -68,8 +68,7 @@ class AnthropicProvider:
         """POST ``payload``; the parsed JSON body of a 200, or the error tree's error."""
         pool = self._pool.get()
         try:
-            async with asyncio.timeout(timeout):
-                resp = await pool.post("/v1/messages", payload, headers, http.MAX_RESPONSE_BYTES)
+            resp = await pool.post("/v1/messages", payload, headers, http.MAX_RESPONSE_BYTES, timeout)
         except _TRANSPORT_ERRORS as exc:
             raise http.transport_error(self.name, exc) from None
         if resp.status != 200:

@@ -16,7 +16,9 @@ keep-alive race: the server's idle timeout fired as the request left) is retried
 new connection when it had sat idle for a second or more (a server that dies while a busy
 connection waits is not retried: it may have read the request). Anything else that goes
 wrong drops the connection and raises :class:`H1Error`; cancellation (the caller's timeout,
-a client that left) drops it too, so a half-read answer is never reused.
+a client that left) drops it too, so a half-read answer is never reused. ``post``'s timeout is
+a deadline the pool's one sweep timer checks (``SWEEP_S``, sooner for a nearer deadline), not
+an ``asyncio.timeout`` per call (~5 µs of CPU each here); past it the call raises TimeoutError.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from gateway.providers.h1_wire import H1Error, H1Response, decoded, identity, re
 __all__ = ["RACE_IDLE_S", "H1Error", "H1Pool", "H1Response", "H1Stream", "LazyPool"]
 
 RACE_IDLE_S = 1.0  # a reused connection closed unanswered is retried only after this much idling
+SWEEP_S = 0.05  # how often the pool looks for answers past their deadline while calls wait
 
 
 class _Conn(asyncio.Protocol):
@@ -58,6 +61,7 @@ class _Conn(asyncio.Protocol):
         "_until_close",
         "_waiter",
         "closed",
+        "deadline",
         "idle_since",
         "transport",
     )
@@ -68,6 +72,7 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
+        self.deadline = 0.0  # time.monotonic() past which the awaited answer has timed out
         self._waiter: asyncio.Future[H1Response | H1Stream] | None = None
         self._stream: H1Stream | None = None
         self._streaming = False
@@ -198,6 +203,13 @@ class _Conn(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
 
+    def expire(self) -> None:
+        """The deadline passed with the answer not complete: fail the call, drop the connection."""
+        waiter = self._waiter
+        self.abort()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(TimeoutError())
+
     def _stream_done(self) -> None:
         """The stream was read to its end and released: the connection may serve again."""
         self._pool.give_back(self)
@@ -261,6 +273,9 @@ class H1Pool:
         self._max_idle = max_idle
         self._idle: list[_Conn] = []
         self._ssl = ssl_context  # None: the system trust store, made at the first connection
+        self._waiting: set[_Conn] = set()  # unary calls with a deadline, answer not complete yet
+        self._sweep: asyncio.TimerHandle | None = None
+        self._sweep_at = 0.0
 
     def _take(self) -> tuple[_Conn | None, float]:
         """A live idle connection (the most recently used) and how long it sat idle."""
@@ -299,10 +314,14 @@ class H1Pool:
             raise H1Error("connect", f"cannot connect ({type(exc).__name__})") from None
         return conn
 
-    async def post(self, path: str, body: bytes, headers: Mapping[str, str], limit: int) -> H1Response:
-        """POST ``body``; the whole answer with its body (None past ``limit`` bytes)."""
+    async def post(
+        self, path: str, body: bytes, headers: Mapping[str, str], limit: int, timeout: float | None = None
+    ) -> H1Response:
+        """POST ``body``; the whole answer with its body (None past ``limit`` bytes). Past
+        ``timeout`` seconds (connecting included) the connection is dropped: TimeoutError."""
         head = request_head(self._prefix + path, self._authority, headers, len(body), compressed=True)
-        got = await self._request(head, body, limit, stream=False)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        got = await self._request(head, body, limit, stream=False, deadline=deadline)
         assert isinstance(got, H1Response)
         return got
 
@@ -314,38 +333,77 @@ class H1Pool:
         assert isinstance(got, H1Stream)
         return got
 
-    async def _request(self, head: bytes, body: bytes, limit: int, stream: bool) -> H1Response | H1Stream:
+    async def _request(
+        self, head: bytes, body: bytes, limit: int, stream: bool, deadline: float | None = None
+    ) -> H1Response | H1Stream:
         conn, idle_for = self._take()
         if conn is not None:
             try:
-                return await self._exchange(conn, head, body, limit, stream)
+                return await self._exchange(conn, head, body, limit, stream, deadline)
             except H1Error as exc:
                 if exc.kind != "closed_idle" or idle_for < RACE_IDLE_S:
                     exc.kind = "disconnected" if exc.kind == "closed_idle" else exc.kind
                     raise
             # the keep-alive race: the server closed this idle connection as we wrote to it
-        conn = await self._connect()
+        if deadline is None:
+            conn = await self._connect()
+        else:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                conn = await self._connect()
         try:
-            return await self._exchange(conn, head, body, limit, stream)
+            return await self._exchange(conn, head, body, limit, stream, deadline)
         except H1Error as exc:
             if exc.kind == "closed_idle":
                 exc.kind = "disconnected"
             raise
 
     async def _exchange(
-        self, conn: _Conn, head: bytes, body: bytes, limit: int, stream: bool
+        self, conn: _Conn, head: bytes, body: bytes, limit: int, stream: bool, deadline: float | None
     ) -> H1Response | H1Stream:
         try:
-            got = await conn.send(head, body, limit, stream)
+            waiter = conn.send(head, body, limit, stream)
+            if deadline is not None:
+                self._watch(conn, deadline)
+            got = await waiter
         except BaseException:
             conn.abort()
             conn.done()
             raise
+        finally:
+            if deadline is not None:
+                self._waiting.discard(conn)
         if not stream:
             self.give_back(conn)
         return got
 
+    def _watch(self, conn: _Conn, deadline: float) -> None:
+        """Fail ``conn``'s call at ``deadline``: one sweep timer for all waiting calls."""
+        conn.deadline = deadline
+        self._waiting.add(conn)
+        at = min(deadline, time.monotonic() + SWEEP_S)
+        if self._sweep is None or at < self._sweep_at:
+            if self._sweep is not None:
+                self._sweep.cancel()
+            self._arm(at)
+
+    def _arm(self, at: float) -> None:
+        self._sweep_at = at
+        self._sweep = asyncio.get_running_loop().call_later(max(0.0, at - time.monotonic()), self._sweeping)
+
+    def _sweeping(self) -> None:
+        self._sweep = None
+        now = time.monotonic()
+        late = [conn for conn in self._waiting if conn.deadline <= now]
+        for conn in late:
+            self._waiting.discard(conn)
+            conn.expire()
+        if self._waiting:
+            self._arm(min(now + SWEEP_S, min(conn.deadline for conn in self._waiting)))
+
     async def aclose(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         idle, self._idle = self._idle, []
         for conn in idle:
             conn.abort()

@@ -38,8 +38,7 @@ class OpenAICompatProvider:
     async def _post_json(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         pool = self._pool.get()
         try:
-            async with asyncio.timeout(timeout):
-                resp = await pool.post(path, orjson.dumps(body), self._headers, http.MAX_RESPONSE_BYTES)
+            resp = await pool.post(path, orjson.dumps(body), self._headers, http.MAX_RESPONSE_BYTES, timeout)
         except (H1Error, TimeoutError, OSError) as exc:
             raise http.transport_error(self.name, exc) from None
         if resp.status != 200:
