@@ -236,9 +236,7 @@ class _Conn(asyncio.Protocol):
         self._stream = None
         waiter: asyncio.Future[H1Response | H1Stream] = asyncio.get_running_loop().create_future()
         self._waiter = waiter
-        self.transport.write(head)
-        if body:
-            self.transport.write(body)
+        self.transport.write(head + body if body else head)  # one send, not two (~3 µs each)
         return waiter
 
     def done(self) -> None:
