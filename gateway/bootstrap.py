@@ -284,7 +284,9 @@ async def start(settings: Settings) -> Gateway:
     policy = load_policy(settings.policy_path)
     metrics, tasks = Metrics(settings.multiprocess_dir), TaskOwner()
     settings.home.mkdir(parents=True, exist_ok=True)
-    ledger = open_ledger(settings.ledger_url, home=settings.home)  # postgresql://: outbox in home
+    ledger = open_ledger(  # postgresql://: outbox in home
+        settings.ledger_url, home=settings.home, conversation_spans=settings.conversation_spans
+    )
     ledger.start()
     key_store = open_key_store(settings)  # PostgreSQL ledger: keys shared there
     limits = _limits(settings, policy, key_store, metrics, tasks)

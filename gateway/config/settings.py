@@ -33,6 +33,7 @@ VARIABLES: Final[Mapping[str, str]] = {
     "SWITCHYARD_POLICY": "policy_path: the policy YAML; default policies/default.yaml",
     "SWITCHYARD_ADMIN_KEY": "admin_key: guards /admin/* (unset: admin API closed)",
     "SWITCHYARD_LEDGER": "ledger_url: sqlite:///PATH, postgresql://... or none; default SQLite in home",
+    "SWITCHYARD_CONVERSATION_SPANS": "1: keep the conversation spans (fast 30-day top conversations)",
     "SWITCHYARD_REDIS_URL": "redis_url: shared exact cache, semantic cache and limits",
     "SWITCHYARD_LOG_LEVEL": "log_level: critical, error, warning, info (default), debug",
     "SWITCHYARD_POLICY_WATCH_S": "policy_watch_s: seconds between policy-file checks; 0 off (default 2)",
@@ -154,6 +155,15 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise SettingsError(f"{name}={raw!r} is not a number", param=name) from None
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = (env.get(name) or "0").strip().lower()
+    if raw in ("1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no", ""):
+        return False
+    raise SettingsError(f"{name}={raw!r}: expected 1 or 0", param=name)
+
+
 class Secret:
     """A string whose repr/str never shows the value."""
 
@@ -189,6 +199,7 @@ class Settings:
     otlp_endpoint: str | None = None  # None: the policy's telemetry.otlp_endpoint
     vllm_python: str | None = None  # read by engine.cli itself (the engine imports nothing of ours)
     multiprocess_dir: str | None = None  # PROMETHEUS_MULTIPROC_DIR: set when serving N workers
+    conversation_spans: bool = False  # keep ledger/spans.py's table (the 30-day top conversations)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -218,6 +229,7 @@ class Settings:
             otlp_endpoint=env.get("SWITCHYARD_OTLP_ENDPOINT") or None,
             vllm_python=env.get("SWITCHYARD_VLLM_PYTHON") or None,
             multiprocess_dir=env.get(MULTIPROC_ENV) or None,
+            conversation_spans=_flag(env, "SWITCHYARD_CONVERSATION_SPANS"),
         )
 
     @property

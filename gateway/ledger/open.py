@@ -20,10 +20,12 @@ def open_ledger(
     batch_size: int = 256,
     flush_interval: float = 0.05,
     max_pending: int = 1_000_000,
+    conversation_spans: bool = False,
 ) -> SQLiteLedger:
     """A (not yet started) ledger for ``url``: ``sqlite:///<path>``, a plain path, or
     ``postgresql://...`` (then the local outbox is ``<home>/ledger-outbox.db``; ``home``
-    defaults to ``$SWITCHYARD_HOME`` or ``~/.switchyard``). ``none``: a ``NullLedger``."""
+    defaults to ``$SWITCHYARD_HOME`` or ``~/.switchyard``). ``none``: a ``NullLedger``.
+    ``conversation_spans``: keep the conversation spans (``ledger.spans``)."""
     if url.strip() == "none":
         return NullLedger()
     if is_postgres_url(url):
@@ -35,7 +37,12 @@ def open_ledger(
             batch_size=batch_size,
             flush_interval=flush_interval,
             max_pending=max_pending,
+            conversation_spans=conversation_spans,
         )
     return SQLiteLedger(
-        ledger_path(url), batch_size=batch_size, flush_interval=flush_interval, max_pending=max_pending
+        ledger_path(url),
+        batch_size=batch_size,
+        flush_interval=flush_interval,
+        max_pending=max_pending,
+        conversation_spans=conversation_spans,
     )

@@ -22,13 +22,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from gateway.ledger import rollup
+from gateway.ledger import rollup, spans
 from gateway.ledger.pg import pg_connect
 from gateway.ledger.query import spent_since
 from gateway.ledger.schema import (
     COLUMNS,
     POSTGRES_INSERT_SQL,
     POSTGRES_MIGRATIONS,
+    ROLLUP_MARK,
+    SPAN_TABLE,
     SQLITE_COLUMNS,
     TABLE,
     apply_migrations,
@@ -46,6 +48,7 @@ _INSERT_RETURNING: Final = POSTGRES_INSERT_SQL + " RETURNING request_id"
 _DELETE_OUTBOX: Final = f"DELETE FROM {TABLE} WHERE request_id = ?"
 _MONEY: Final = (COLUMNS.index("cost_usd"), COLUMNS.index("baseline_cost_usd"))
 _MIGRATION_LOCK: Final = 0x5357_4C44  # pg_advisory_xact_lock key: one migrator at a time
+_SPAN_FIELDS: Final = tuple(SQLITE_COLUMNS.index(c) for c in ("ts", "conversation", "cost_e10"))
 
 
 def pg_migrate(conn: psycopg.Connection[Any]) -> int:
@@ -63,10 +66,33 @@ def _pg_params(values: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def ship_rows(cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> int:
+def pg_spans_state(conn: psycopg.Connection[Any], keep: bool) -> None:
+    """The conversation spans in line with ``keep`` (see ``spans``): turned on, back-filled
+    once with inserts held off (``LOCK``), so no shipped row is missed or counted twice;
+    turned off, emptied and marked stale."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(f"SELECT spans FROM {ROLLUP_MARK}")
+        got = cur.fetchone()
+        if got is not None and bool(got[0]) == keep:
+            return
+        cur.execute(f"LOCK TABLE {TABLE} IN SHARE ROW EXCLUSIVE MODE")
+        cur.execute(f"SELECT spans FROM {ROLLUP_MARK}")
+        got = cur.fetchone()
+        if got is not None and bool(got[0]) == keep:
+            return  # another shipper did it meanwhile
+        cur.execute(f"DELETE FROM {SPAN_TABLE}")
+        if keep:
+            log.info("ledger: building the conversation spans in PostgreSQL from the rows (once)")
+            for stmt in spans.backfill_sql("postgres", through=False):
+                cur.execute(stmt)
+        cur.execute(spans.kept_sql(keep))
+
+
+def ship_rows(cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]], *, keep_spans: bool = False) -> int:
     """Insert outbox ``rows`` (``SQLITE_COLUMNS`` order) into PostgreSQL and add the ones
-    really inserted (not already there) to the rollups, in the cursor's transaction.
-    Returns how many were inserted."""
+    really inserted (not already there) to the rollups (``keep_spans``: and to the
+    conversation spans; else they are marked stale), in the cursor's transaction. Returns
+    how many were inserted."""
     cur.executemany(_INSERT_RETURNING, [_pg_params(r) for r in rows], returning=True)
     inserted: set[str] = set()
     for _ in cur.results():
@@ -74,6 +100,13 @@ def ship_rows(cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> int:
     fresh = [r for r in rows if r[0] in inserted]
     for table, table_cells in rollup.cells(rollup.facts(fresh)).items():
         cur.executemany(rollup.POSTGRES_UPSERT[table], rollup.params(table_cells, Decimal))
+    if keep_spans:
+        ts, conversation, cost = _SPAN_FIELDS
+        found = spans.cells((r[ts], r[conversation], r[cost]) for r in fresh)
+        if found:
+            cur.executemany(spans.UPSERT["postgres"], spans.params(found))
+    else:
+        cur.execute(spans.STALE_SQL)
     return len(fresh)
 
 
@@ -192,7 +225,7 @@ class PostgresLedger(SQLiteLedger):
             pg = self._pg_conn()
             try:
                 with pg.cursor() as cur:
-                    ship_rows(cur, rows)
+                    ship_rows(cur, rows, keep_spans=self.conversation_spans)
                 pg.commit()
             except BaseException:
                 with contextlib.suppress(Exception):
@@ -213,6 +246,7 @@ class PostgresLedger(SQLiteLedger):
             conn = pg_connect(self.url)
             try:
                 pg_migrate(conn)
+                pg_spans_state(conn, self.conversation_spans)
             except BaseException:
                 conn.close()
                 raise

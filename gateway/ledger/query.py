@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from gateway.core.errors import ServiceUnavailableError
+from gateway.ledger import spans
 from gateway.ledger.pg import REPORT_CONNECTIONS
 from gateway.ledger.pricing import quantize_usd
 from gateway.ledger.rollup import decode, encode, hour_of, mark
@@ -39,6 +40,7 @@ from gateway.ledger.schema import (
     ROLLUP_DAY,
     ROLLUP_DIMS,
     ROLLUP_HOUR,
+    ROLLUP_MARK,
     ROLLUP_MEASURES,
     SCHEMA_VERSION,
     SQLITE_HOUR_SQL,
@@ -51,6 +53,7 @@ Scope = Literal["key", "tenant", "route"]
 ZERO: Final = Decimal("0E-10")
 GROUP_SQL: Final[dict[str, str]] = {**DIM_SQL, "conversation": "conversation", "none": "'all'"}
 ROLLUP_ROWS_VERSION: Final = 4  # the schema version that brought the rollups
+SPANS_VERSION: Final = 8  # ... and the conversation spans
 Sums = list[Any]  # ROLLUP_MEASURES as read: counts, token sums, money sums (None: no value)
 Grouped = dict[tuple[Any, str | None], Sums]  # (bucket value, group key) -> sums
 SCOPE_COLUMN: Final[dict[str, str]] = {"key": "key_id", "tenant": "tenant", "route": "route"}
@@ -91,12 +94,19 @@ class LedgerDb:
     """One open ledger connection (see ``open_db``)."""
 
     def __init__(
-        self, dialect: Dialect, conn: Any, *, rollups: bool = False, rolled_through: int | None = None
+        self,
+        dialect: Dialect,
+        conn: Any,
+        *,
+        rollups: bool = False,
+        rolled_through: int | None = None,
+        spans: bool = False,
     ) -> None:
         self.dialect = dialect
         self.conn = conn
         self.rollups = rollups  # the rollup tables exist and are kept (schema v4)
         self.rolled_through = rolled_through  # SQLite v6: rows after this id are not rolled up yet
+        self.spans = spans  # v8: the conversation spans are complete and kept (``spans.top``)
 
     # -- dialect pieces --------------------------------------------------------------------
     def group_sql(self, group: str) -> str:
@@ -179,8 +189,10 @@ def _sqlite_ready(conn: sqlite3.Connection) -> bool:
     return True
 
 
-def _pg_probe(pg: Any) -> tuple[bool, bool]:
-    """(the ledger table exists, it has the rollups) on a PostgreSQL connection."""
+def _pg_probe(pg: Any) -> tuple[bool, bool, bool]:
+    """(the ledger table exists, it has the rollups, the conversation spans are kept) on a
+    PostgreSQL connection."""
+    kept = False
     with pg.cursor() as cur:
         cur.execute("SELECT to_regclass(%s)", (TABLE,))
         found = cur.fetchone()
@@ -189,8 +201,12 @@ def _pg_probe(pg: Any) -> tuple[bool, bool]:
             cur.execute("SELECT MAX(version) FROM schema_migrations")
             got = cur.fetchone()
             version = int(got[0]) if got and got[0] is not None else 0
+        if version >= SPANS_VERSION:
+            cur.execute(f"SELECT spans FROM {ROLLUP_MARK}")
+            got = cur.fetchone()
+            kept = bool(got and got[0])
     ready = found is not None and found[0] is not None
-    return ready, version >= ROLLUP_ROWS_VERSION
+    return ready, version >= ROLLUP_ROWS_VERSION, kept
 
 
 @contextmanager
@@ -213,8 +229,8 @@ def _open_pg(url: str) -> Iterator[LedgerDb | None]:
     except Exception as exc:  # psycopg.Error, or psycopg missing
         raise LedgerUnavailable(f"cannot connect to the PostgreSQL ledger: {exc}") from None
     try:
-        ready, rollups = probed
-        yield LedgerDb("postgres", pg, rollups=rollups) if ready else None
+        ready, rollups, kept = probed
+        yield LedgerDb("postgres", pg, rollups=rollups, spans=kept) if ready else None
     finally:
         REPORT_CONNECTIONS.give(url, pg)
 
@@ -239,7 +255,8 @@ def open_db(url: str | Path) -> Iterator[LedgerDb | None]:
             yield None
             return
         conn.execute("BEGIN")  # one snapshot (WAL) for the mark, the rollups and the raw rows
-        yield LedgerDb("sqlite", conn, rollups=True, rolled_through=mark(conn))
+        (kept,) = conn.execute(f"SELECT spans FROM {ROLLUP_MARK}").fetchone()
+        yield LedgerDb("sqlite", conn, rollups=True, rolled_through=mark(conn), spans=bool(kept))
     finally:
         conn.close()
 
@@ -380,7 +397,11 @@ def _raw(
     if group == "conversation":
         where += " AND conversation IS NOT NULL"
         if top is not None:
-            ids = _top_conversations(db, where, all_params, top)
+            ids = None
+            if window.tenant is None and not extra and db.rollups:
+                ids = spans.top(db, window.since, window.until, top)
+            if ids is None:
+                ids = _top_conversations(db, where, all_params, top)
             if not ids:
                 return []
             where += f" AND conversation IN ({', '.join('?' for _ in ids)})"

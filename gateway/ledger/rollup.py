@@ -19,6 +19,7 @@ from decimal import Decimal
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
+from gateway.ledger import spans as conversation_spans
 from gateway.ledger.schema import (
     CACHE_LABEL,
     ROLLUP_DAY,
@@ -156,7 +157,9 @@ def params(
     return out
 
 
-_TAIL_SQL: Final = f"SELECT id, {', '.join(Fact._fields)} FROM {TABLE} WHERE id > ? ORDER BY id LIMIT ?"
+_TAIL_SQL: Final = (
+    f"SELECT id, {', '.join(Fact._fields)}, conversation FROM {TABLE} WHERE id > ? ORDER BY id LIMIT ?"
+)
 ROLL_LIMIT: Final = 4096  # rows per roll transaction
 
 
@@ -166,15 +169,22 @@ def mark(conn: sqlite3.Connection) -> int:
     return int(row[0]) if row else 0
 
 
-def roll(conn: sqlite3.Connection, limit: int = ROLL_LIMIT) -> int:
-    """Add up to ``limit`` rows after the mark to the rollups and move the mark past them, in
-    the caller's write transaction (so two writers never roll the same row). Returns how many
-    rows it rolled up (fewer than ``limit``: none are left)."""
+def roll(conn: sqlite3.Connection, limit: int = ROLL_LIMIT, *, spans: bool = False) -> int:
+    """Add up to ``limit`` rows after the mark to the rollups (``spans``: and to the
+    conversation spans, else mark those stale) and move the mark past them, in the caller's
+    write transaction (so two writers never roll the same row). Returns how many rows it
+    rolled up (fewer than ``limit``: none are left)."""
     through = mark(conn)
     tail = conn.execute(_TAIL_SQL, (through, limit)).fetchall()
     if not tail:
         return 0
-    for table, table_cells in cells(Fact._make(r[1:]) for r in tail).items():
+    facts = [Fact._make(r[1:-1]) for r in tail]
+    for table, table_cells in cells(facts).items():
         conn.executemany(SQLITE_UPSERT[table], params(table_cells))
+    if spans:
+        found = conversation_spans.cells((f.ts, r[-1], f.cost_e10) for f, r in zip(facts, tail, strict=True))
+        conn.executemany(conversation_spans.UPSERT["sqlite"], conversation_spans.params(found))
+    else:
+        conn.execute(conversation_spans.STALE_SQL)
     conn.execute(f"UPDATE {ROLLUP_MARK} SET through = ?", (tail[-1][0],))
     return len(tail)

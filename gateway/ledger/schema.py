@@ -28,6 +28,10 @@ of 1e-10 USD (``cost_e10``) that SQL can sum exactly and fast.
       ts) indexes dropped on both stores: every report reads the rollups, the edge hours through
       the ts index and (SQLite) the rows after the mark by id, so no query walks them any more,
       and each cost every insert a B-tree update (a one-row SQLite commit 70 -> 40 µs CPU)
+  v8  ``ledger_conversation_span`` (see ``spans``: per 64-day span and conversation, running
+      sums of its cost per day; kept only with ``SWITCHYARD_CONVERSATION_SPANS=1``, back-filled
+      when first turned on) and ``ledger_rollup_mark.spans`` (1: the table is complete and
+      kept); PostgreSQL gets the mark table here, for that flag alone
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from typing import Any, Final, Protocol
 from gateway.core.ledger_row import LedgerRow
 
 TABLE: Final = "ledger"
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 COLUMNS: Final[tuple[str, ...]] = tuple(f.name for f in fields(LedgerRow))
 SQLITE_COLUMNS: Final = (*COLUMNS, "cost_e10", "baseline_e10")
 
@@ -166,6 +170,15 @@ DROPPED_V7: Final = tuple(
     f"ix_{TABLE}_{name}" for name in ("tenant_ts", "served_model_ts", "key_ts", "route_ts", "tenant_model_ts")
 )
 _V7: Final = tuple(f"DROP INDEX IF EXISTS {name}" for name in DROPPED_V7)
+SPAN_TABLE: Final = f"{TABLE}_conversation_span"
+_SPAN_COLS: Final = ", ".join(f"c{i} {{integer}} NOT NULL" for i in range(64))
+
+
+def _span_table(integer: str, suffix: str) -> str:
+    return (
+        f"CREATE TABLE IF NOT EXISTS {SPAN_TABLE} (span {integer} NOT NULL, conversation TEXT NOT NULL, "
+        f"{_SPAN_COLS.format(integer=integer)}, PRIMARY KEY (span, conversation)){suffix}"
+    )
 
 
 def _v5(covering: str) -> tuple[str, ...]:
@@ -198,6 +211,10 @@ SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         f"INSERT INTO {ROLLUP_MARK} (one, through) SELECT 1, COALESCE(MAX(id), 0) FROM {TABLE}",
     ),
     7: _V7,
+    8: (
+        _span_table("INTEGER", " WITHOUT ROWID"),
+        f"ALTER TABLE {ROLLUP_MARK} ADD COLUMN spans INTEGER NOT NULL DEFAULT 0",
+    ),
 }
 
 POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -218,6 +235,12 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     5: _v5("(ts) INCLUDE (conversation, cost_usd)"),
     6: (),  # the rollups stay in the insert's transaction (see v6 above)
     7: _V7,
+    8: (
+        _span_table("BIGINT", ""),
+        f"CREATE TABLE IF NOT EXISTS {ROLLUP_MARK} (one INTEGER PRIMARY KEY CHECK (one = 1), "
+        "through BIGINT NOT NULL, spans INTEGER NOT NULL DEFAULT 0)",
+        f"INSERT INTO {ROLLUP_MARK} (one, through, spans) VALUES (1, 0, 0) ON CONFLICT (one) DO NOTHING",
+    ),
 }
 
 MIGRATIONS_TABLE_SQL: Final = (

@@ -39,9 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from gateway.core.ledger_row import LedgerRow
-from gateway.ledger import rollup
+from gateway.ledger import rollup, spans
 from gateway.ledger.checkpoint import Checkpointer, writer_settings
 from gateway.ledger.query import spent_since
+from gateway.ledger.schema import ROLLUP_MARK, SPAN_TABLE
 from gateway.ledger.sqlite import (
     BUSY_TIMEOUT_MS,
     COLUMNS,
@@ -55,6 +56,7 @@ from gateway.ledger.sqlite import (
     migrate,
     row_from_db,
     row_params,
+    with_lock_retry,
 )
 
 __all__ = [
@@ -104,6 +106,7 @@ class SQLiteLedger:
         max_pending: int = 1_000_000,
         wait_timeout: float = 5.0,
         background_checkpoints: bool = True,
+        conversation_spans: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -128,6 +131,7 @@ class SQLiteLedger:
         self._committed_hook: Any = None  # called (in the writer thread) after each commit
         self._checkpointer: Checkpointer | None = None  # WAL checkpoints off the commit path
         self._background_checkpoints = background_checkpoints  # False: SQLite's, inside commits
+        self.conversation_spans = conversation_spans  # keep ``spans`` (schema v8) in the roll
         self._unrolled = 1 if self._rollups else 0  # rows committed, not yet rolled up (1: look at start)
         self._rolled_at = time.monotonic()
         self.roll_errors = 0
@@ -147,6 +151,8 @@ class SQLiteLedger:
             migrate(conn)
             if self._background_checkpoints:
                 writer_settings(conn)
+            if self._rollups:
+                self._spans_state(conn)
         except BaseException:
             conn.close()
             raise
@@ -286,6 +292,27 @@ class SQLiteLedger:
                 self._conn.close()
                 self._conn = None
 
+    def _spans_state(self, conn: sqlite3.Connection) -> None:
+        """Bring the conversation spans in line with ``conversation_spans`` at start-up: turned
+        on, a ledger without them is rolled up and back-filled once (minutes for tens of
+        millions of rows); turned off, they are marked stale (and emptied)."""
+
+        def run() -> None:
+            with immediate(conn):
+                (kept,) = conn.execute(f"SELECT spans FROM {ROLLUP_MARK}").fetchone()
+                if bool(kept) == self.conversation_spans:
+                    return
+                while rollup.roll(conn, spans=bool(kept)) == rollup.ROLL_LIMIT:
+                    pass
+                conn.execute(f"DELETE FROM {SPAN_TABLE}")
+                if self.conversation_spans:
+                    log.info("ledger: building the conversation spans from the rows (once)")
+                    for stmt in spans.backfill_sql("sqlite", through=True):
+                        conn.execute(stmt, (rollup.mark(conn),))
+                conn.execute(spans.kept_sql(self.conversation_spans))
+
+        with_lock_retry(run)
+
     def _roll(self) -> None:
         """Add every committed row after the rollup mark to the rollups (``rollup.roll``), in
         transactions of ``rollup.ROLL_LIMIT`` rows. A failure leaves the rows where they are
@@ -298,7 +325,7 @@ class SQLiteLedger:
         try:
             while True:
                 with immediate(conn):
-                    n = rollup.roll(conn)
+                    n = rollup.roll(conn, spans=self.conversation_spans)
                 if n < rollup.ROLL_LIMIT:
                     break
             self._unrolled = 0
