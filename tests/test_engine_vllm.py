@@ -188,9 +188,11 @@ def test_chat_stream_and_cached_prefix_through_the_gateway(
                 (resp_usage.prompt_tokens - c) * p_in + c * p_cached + resp_usage.completion_tokens * p_out
             ) / 1_000_000
             assert abs(Decimal(str(row["cost_usd"])) - want) < Decimal("1e-9")
-        assert rows[1]["cost_usd"] is not None and Decimal(str(rows[1]["cost_usd"])) < Decimal(
-            str(rows[0]["cost_usd"])
-        )
+        # the cached prefix was billed at the cached price: cheaper than the same tokens uncached
+        # (not "cheaper than the first request": an earlier test may have warmed the prefix cache)
+        full = (second.usage.prompt_tokens * p_in + second.usage.completion_tokens * p_out) / 1_000_000
+        billed = Decimal(str(rows[1]["cost_usd"]))
+        assert billed < full if p_cached < p_in else billed == full
     finally:
         gw.stop()
 
