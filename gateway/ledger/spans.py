@@ -133,8 +133,8 @@ def top(db: Any, since: float | None, until: float | None, n: int) -> list[str] 
         recent = {
             str(r[0])
             for r in db.rows(
-                f"SELECT DISTINCT conversation FROM {TABLE} WHERE id > ? AND +conversation IS NOT NULL "
-                "AND +ts >= ? AND +ts < ?",  # a rowid range, never an index walk ('+')
+                f"SELECT conversation FROM {TABLE} WHERE id > ? AND +conversation IS NOT NULL "
+                "AND +ts >= ? AND +ts < ?",  # a rowid range, never an index walk ('+', no DISTINCT)
                 (db.rolled_through, since, until),
             )
         }
