@@ -108,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"rows": args.rows}
     with tempfile.TemporaryDirectory(prefix="sy-spans-") as tmp:
         work = Path(tmp)
-        result["writer_cpu_us_per_row"] = writer_cpu(args.write_rows, work)
-        print("writer CPU per row:", result["writer_cpu_us_per_row"], flush=True)
+        if args.write_rows > 0:
+            result["writer_cpu_us_per_row"] = writer_cpu(args.write_rows, work)
+            print("writer CPU per row:", result["writer_cpu_us_per_row"], flush=True)
         path = work / "reports.db"
         ledger_seed.seed_sqlite(path, args.rows, end)
         result["sqlite"] = _with_spans(path, end, lambda: _sqlite_on(path))
@@ -137,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         f"# Conversation spans ({time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}), {args.rows:,} rows",
         "",
     ]
-    cpu = result["writer_cpu_us_per_row"]
-    lines += [f"Writer CPU per row (SQLite): spans off {cpu['off']} µs, on {cpu['on']} µs.", ""]
+    cpu = result.get("writer_cpu_us_per_row")
+    if cpu is not None:
+        lines += [f"Writer CPU per row (SQLite): spans off {cpu['off']} µs, on {cpu['on']} µs.", ""]
     lines += ["| store | window | plain ranking | with spans | exact |", "| --- | --- | ---: | ---: | --- |"]
     for store in ("sqlite", "postgres"):
         if store in result:

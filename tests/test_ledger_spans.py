@@ -52,7 +52,7 @@ def sample(n: int = 6000, seed: int = 9, days: float = 80.0) -> list[LedgerRow]:
     return out
 
 
-WINDOWS = [
+WINDOWS: list[tuple[float, float | None]] = [
     (T0, T0 + 30 * DAY),
     (T0 + 0.3 * DAY, T0 + 30.7 * DAY),
     (T0 - 7.5 * DAY, T0 + 20 * DAY),  # begins in the span before
@@ -61,6 +61,7 @@ WINDOWS = [
     (T0 + 2 * DAY, T0 + 2.5 * DAY),
     (T0 + 40 * DAY, T0 + 70 * DAY),
     (T0, T0 + 45 * DAY),  # longer than a span step: the plain ranking
+    (T0 + 50 * DAY, None),  # up to now (the latest row)
 ]
 
 
@@ -80,7 +81,7 @@ def _check(url: str | Path, expect_spans: bool = True) -> int:
                     answered += 1
                     assert got == want, (since, until, n)
         # the report itself (top N by the spans, then summed by bucket) equals the raw one
-        for since, until in WINDOWS[:3]:
+        for since, until in [*WINDOWS[:3], WINDOWS[-1]]:
             fast = spend(url, "conversation", 0.0, now=since, until=until, top=5)
             slow = spend(url, "conversation", 0.0, now=since, until=until, top=5, rollups=False)
             assert fast == slow

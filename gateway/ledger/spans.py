@@ -22,6 +22,7 @@ Cost: a wide upsert per row and span (~20-25 µs of writer CPU per row and span 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
 from typing import Any, Final
@@ -120,8 +121,13 @@ def top(db: Any, since: float | None, until: float | None, n: int) -> list[str] 
     """The ``n`` most expensive conversations of ``since <= ts < until`` (``query.LedgerDb``
     ``db`` with spans kept), exactly as the plain ranking orders them; None when the spans
     cannot answer (no spans, an open or longer window, too many candidates to settle)."""
-    if not getattr(db, "spans", False) or since is None or until is None or n <= 0 or since < 0:
+    if not getattr(db, "spans", False) or since is None or n <= 0 or since < 0:
         return None
+    if until is None:  # up to now: up to the latest row (the same rows)
+        (latest,) = db.rows(f"SELECT MAX(ts) FROM {TABLE}")[0]
+        if latest is None:
+            return None
+        until = math.nextafter(float(latest), math.inf)
     first, last = day_of(since), day_of(until)
     if last - first >= STEP:
         return None
