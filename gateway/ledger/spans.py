@@ -11,7 +11,8 @@ conversations, sums their rows in the window exactly (the (conversation, ts) ind
 once the N-th exact sum is above every bound it has not summed yet; ties, NULL costs and the
 order of names come out exactly as the plain ranking's SQL puts them
 (``SUM(cost) DESC NULLS LAST, conversation``). Anything it cannot settle within
-``MAX_CANDIDATES`` (or a longer window, a tenant filter) goes back to that SQL.
+``MAX_CANDIDATES`` (or a window longer than 32 or shorter than ``MIN_DAYS`` days, a tenant
+filter) goes back to that SQL.
 
 Writes: the SQLite writer adds rows in its deferred roll (``rollup.roll``, the rows after the
 rollup mark are read raw by ``top``); the PostgreSQL shipper in the insert's transaction. Turned
@@ -33,6 +34,7 @@ WIDTH: Final = 64  # days per span
 STEP: Final = 32  # days between span starts
 COLS: Final = tuple(f"c{i}" for i in range(WIDTH))
 MAX_CANDIDATES: Final = 4096
+MIN_DAYS: Final = 7  # shorter windows: the plain ranking (a partial edge day would loosen every bound)
 
 _SETS: Final = ", ".join(f"{c} = {SPAN_TABLE}.{c} + excluded.{c}" for c in COLS)
 
@@ -129,8 +131,8 @@ def top(db: Any, since: float | None, until: float | None, n: int) -> list[str] 
             return None
         until = math.nextafter(float(latest), math.inf)
     first, last = day_of(since), day_of(until)
-    if last - first >= STEP:
-        return None
+    if last - first >= STEP or until - since < MIN_DAYS * 86_400:
+        return None  # longer than a span step; or so short that its edge days dominate the bounds
     span = first // STEP
     lo, hi = first - STEP * span, last - STEP * span
     bound_sql = f"c{hi}" if lo == 0 else f"c{hi} - c{lo - 1}"
