@@ -10,9 +10,10 @@ days count whole; a refund cannot raise a positive-part sum). ``top`` takes the 
 conversations, sums their rows in the window exactly (the (conversation, ts) index), and stops
 once the N-th exact sum is above every bound it has not summed yet; ties, NULL costs and the
 order of names come out exactly as the plain ranking's SQL puts them
-(``SUM(cost) DESC NULLS LAST, conversation``). Anything it cannot settle within
-``MAX_CANDIDATES`` (or a window longer than 32 or shorter than ``MIN_DAYS`` days, a tenant
-filter) goes back to that SQL.
+(``SUM(cost) DESC NULLS LAST, conversation``). When a first round of candidates does not
+settle it, one count says how many conversations could still reach the N-th sum, and those are
+all summed; more than ``MAX_CANDIDATES`` of them (or a window longer than 32 or shorter than
+``MIN_DAYS`` days, a tenant filter) go back to that SQL.
 
 Writes: the SQLite writer adds rows in its deferred roll (``rollup.roll``, the rows after the
 rollup mark are read raw by ``top``); the PostgreSQL shipper in the insert's transaction. Turned
@@ -147,7 +148,7 @@ def top(db: Any, since: float | None, until: float | None, n: int) -> list[str] 
             )
         }
     k = max(4 * n, 64)
-    while len(recent) + k <= MAX_CANDIDATES:
+    for attempt in range(2):
         got = db.rows(
             f"SELECT conversation, {bound_sql} FROM {SPAN_TABLE} WHERE span = ? ORDER BY 2 DESC LIMIT ?",
             (span, k + 1),
@@ -158,11 +159,18 @@ def top(db: Any, since: float | None, until: float | None, n: int) -> list[str] 
         ranked = _exact(db, since, until, candidates)
         if done:
             return [c for c, _ in ranked[:n]]
-        if len(ranked) >= n:
-            nth = ranked[n - 1][1]
-            if nth is not None and beyond is not None and nth > beyond:
-                return [c for c, _ in ranked[:n]]
-        k *= 4
+        nth = ranked[n - 1][1] if len(ranked) >= n else None
+        if nth is not None and beyond is not None and nth > beyond:
+            return [c for c, _ in ranked[:n]]
+        if nth is None or attempt:
+            return None
+        # every conversation that could still reach the n-th sum (ties included): sum them all
+        (above,) = db.rows(
+            f"SELECT COUNT(*) FROM {SPAN_TABLE} WHERE span = ? AND {bound_sql} >= ?", (span, nth)
+        )[0]
+        if int(above) + len(recent) > MAX_CANDIDATES:
+            return None
+        k = max(int(above), k + 1)
     return None
 
 
