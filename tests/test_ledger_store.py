@@ -84,7 +84,9 @@ def ledger(tmp_path: Path) -> Iterator[SQLiteLedger]:
 def test_schema_wal_and_migrations(ledger: SQLiteLedger) -> None:
     with reader(ledger.path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [(v,) for v in range(1, 8)]
+        assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [
+            (v,) for v in range(1, SCHEMA_VERSION + 1)
+        ]
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"ledger_rollup_hour", "ledger_rollup_day", "ledger_rollup_mark"} <= tables

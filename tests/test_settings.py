@@ -66,6 +66,7 @@ def test_every_documented_variable_is_accepted(tmp_path: Path) -> None:
         "SWITCHYARD_POLICY": str(tmp_path / "p.yaml"),
         "SWITCHYARD_ADMIN_KEY": "admin-key-0123456789abcdef",
         "SWITCHYARD_LEDGER": "none",
+        "SWITCHYARD_CONVERSATION_SPANS": "1",
         "SWITCHYARD_REDIS_URL": "redis://127.0.0.1:6379/0",
         "SWITCHYARD_LOG_LEVEL": "debug",
         "SWITCHYARD_POLICY_WATCH_S": "0.5",
@@ -86,6 +87,14 @@ def test_every_documented_variable_is_accepted(tmp_path: Path) -> None:
     assert s.otlp_endpoint == env["SWITCHYARD_OTLP_ENDPOINT"]
     assert s.vllm_python == "/opt/vllm/bin/python"
     assert s.multiprocess_dir == str(tmp_path / "mp")
+    assert s.conversation_spans is True
+
+
+def test_conversation_spans_flag_is_checked() -> None:
+    assert Settings.from_env({}).conversation_spans is False
+    assert Settings.from_env({"SWITCHYARD_CONVERSATION_SPANS": "off"}).conversation_spans is False
+    with pytest.raises(SettingsError, match="SWITCHYARD_CONVERSATION_SPANS"):
+        Settings.from_env({"SWITCHYARD_CONVERSATION_SPANS": "maybe"})
 
 
 def test_defaults_without_any_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
