@@ -13,6 +13,7 @@ integer units of 1e-10 USD (the ledger's quantum), so no float drift, ever.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
@@ -28,9 +29,13 @@ from gateway.ledger.schema import (
     ROLLUP_KEY,
     ROLLUP_MARK,
     ROLLUP_MEASURES,
+    SPAN_TABLE,
     SQLITE_COLUMNS,
     TABLE,
 )
+from gateway.ledger.sqlite import immediate
+
+log = logging.getLogger(__name__)
 
 Cell = tuple[str, int, str, str]  # (dim, bucket, tenant, encoded value)
 Sums = list[int]  # ROLLUP_MEASURES, money in 1e-10 USD
@@ -188,3 +193,21 @@ def roll(conn: sqlite3.Connection, limit: int = ROLL_LIMIT, *, spans: bool = Fal
         conn.execute(conversation_spans.STALE_SQL)
     conn.execute(f"UPDATE {ROLLUP_MARK} SET through = ?", (tail[-1][0],))
     return len(tail)
+
+
+def sync_spans(conn: sqlite3.Connection, keep: bool) -> None:
+    """At a writer's start-up: the conversation spans in line with ``keep`` (SQLite). Turned
+    on, a ledger without them is rolled up and back-filled once (minutes for tens of millions
+    of rows); turned off, they are emptied and marked stale. One write transaction."""
+    with immediate(conn):
+        (kept,) = conn.execute(f"SELECT spans FROM {ROLLUP_MARK}").fetchone()
+        if bool(kept) == keep:
+            return
+        while roll(conn, spans=bool(kept)) == ROLL_LIMIT:
+            pass
+        conn.execute(f"DELETE FROM {SPAN_TABLE}")
+        if keep:
+            log.info("ledger: building the conversation spans from the rows (once)")
+            for stmt in conversation_spans.backfill_sql("sqlite", through=True):
+                conn.execute(stmt, (mark(conn),))
+        conn.execute(conversation_spans.kept_sql(keep))

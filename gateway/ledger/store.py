@@ -39,10 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway.core.ledger_row import LedgerRow
-from gateway.ledger import rollup, spans
+from gateway.ledger import rollup
 from gateway.ledger.checkpoint import Checkpointer, writer_settings
 from gateway.ledger.query import spent_since
-from gateway.ledger.schema import ROLLUP_MARK, SPAN_TABLE
 from gateway.ledger.sqlite import (
     BUSY_TIMEOUT_MS,
     COLUMNS,
@@ -152,7 +151,7 @@ class SQLiteLedger:
             if self._background_checkpoints:
                 writer_settings(conn)
             if self._rollups:
-                self._spans_state(conn)
+                with_lock_retry(lambda: rollup.sync_spans(conn, self.conversation_spans))
         except BaseException:
             conn.close()
             raise
@@ -291,27 +290,6 @@ class SQLiteLedger:
             if self._closed and self._conn is not None:
                 self._conn.close()
                 self._conn = None
-
-    def _spans_state(self, conn: sqlite3.Connection) -> None:
-        """Bring the conversation spans in line with ``conversation_spans`` at start-up: turned
-        on, a ledger without them is rolled up and back-filled once (minutes for tens of
-        millions of rows); turned off, they are marked stale (and emptied)."""
-
-        def run() -> None:
-            with immediate(conn):
-                (kept,) = conn.execute(f"SELECT spans FROM {ROLLUP_MARK}").fetchone()
-                if bool(kept) == self.conversation_spans:
-                    return
-                while rollup.roll(conn, spans=bool(kept)) == rollup.ROLL_LIMIT:
-                    pass
-                conn.execute(f"DELETE FROM {SPAN_TABLE}")
-                if self.conversation_spans:
-                    log.info("ledger: building the conversation spans from the rows (once)")
-                    for stmt in spans.backfill_sql("sqlite", through=True):
-                        conn.execute(stmt, (rollup.mark(conn),))
-                conn.execute(spans.kept_sql(self.conversation_spans))
-
-        with_lock_retry(run)
 
     def _roll(self) -> None:
         """Add every committed row after the rollup mark to the rollups (``rollup.roll``), in
