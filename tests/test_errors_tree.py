@@ -12,7 +12,7 @@ import pytest
 import gateway
 from gateway.config.loader import PolicyError
 from gateway.core.errors import ServiceUnavailableError, SwitchyardError, UpstreamError
-from gateway.ledger.query import LedgerUnavailable
+from gateway.ledger.db import LedgerUnavailable
 from gateway.providers.anthropic_wire import MalformedResponseError
 from gateway.routing.classifier import ClassifierError
 
@@ -34,7 +34,7 @@ def test_every_exception_class_of_the_gateway_is_a_switchyard_error() -> None:
     names = {f"{c.__module__}.{c.__qualname__}" for c in classes}
     assert {  # the walk does find the ones defined outside core.errors
         "gateway.config.loader.PolicyError",
-        "gateway.ledger.query.LedgerUnavailable",
+        "gateway.ledger.db.LedgerUnavailable",
         "gateway.providers.anthropic_wire.MalformedResponseError",
         "gateway.routing.classifier.ClassifierError",
     } <= names

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.ledger.db import LedgerUnavailable, open_db
 from gateway.ledger.pg import REPORT_CONNECTIONS, ReportConnections, pg_connect
-from gateway.ledger.query import LedgerUnavailable, open_db
 from gateway.ledger.report import spend
 from tests.pg_support import PG, scratch_schema
 from tests.test_ledger_postgres import fill_postgres

@@ -15,9 +15,10 @@ from gateway.bootstrap import seed_budgets
 from gateway.config.policy import Policy
 from gateway.core.ledger_row import LedgerRow
 from gateway.flow.services import TaskOwner
+from gateway.ledger.db import LedgerUnavailable
 from gateway.ledger.pg import pg_connect
 from gateway.ledger.postgres import PostgresLedger
-from gateway.ledger.query import LedgerUnavailable, spent_by, spent_since
+from gateway.ledger.query import spent_by, spent_since
 from gateway.ledger.report import savings_by_cause, spend, spend_series, to_csv
 from gateway.ledger.schema import SCHEMA_VERSION
 from gateway.ledger.store import SQLiteLedger

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gateway.core.ledger_row import LedgerRow
 from gateway.ledger import rollup, store
-from gateway.ledger.query import open_db
+from gateway.ledger.db import open_db
 from gateway.ledger.schema import SQLITE_INSERT_SQL, SQLITE_MIGRATIONS, apply_migrations
 from gateway.ledger.sqlite import connect, immediate, migrate, row_params
 from gateway.ledger.store import SQLiteLedger

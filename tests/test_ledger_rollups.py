@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from gateway.core.ledger_row import LedgerRow
+from gateway.ledger.db import LedgerDb, Window, open_db
 from gateway.ledger.pg import pg_connect
 from gateway.ledger.postgres import PostgresLedger
-from gateway.ledger.query import LedgerDb, Window, grouped, open_db, plan, spent_by, spent_since
+from gateway.ledger.query import grouped, plan, spent_by, spent_since
 from gateway.ledger.report import GROUPS, spend, spend_series
 from gateway.ledger.schema import (
     POSTGRES_MIGRATIONS,

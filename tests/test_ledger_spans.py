@@ -16,9 +16,10 @@ import pytest
 
 from gateway.core.ledger_row import LedgerRow
 from gateway.ledger import spans
+from gateway.ledger.conversations import from_spans, plain
+from gateway.ledger.db import Window, open_db
 from gateway.ledger.pg import pg_connect
 from gateway.ledger.postgres import PostgresLedger
-from gateway.ledger.query import Window, _top_conversations, open_db
 from gateway.ledger.report import spend
 from gateway.ledger.schema import SQLITE_INSERT_SQL
 from gateway.ledger.sqlite import connect, immediate, row_params
@@ -66,7 +67,7 @@ WINDOWS: list[tuple[float, float | None]] = [
 
 
 def _check(url: str | Path, expect_spans: bool = True) -> int:
-    """spans.top == the plain ranking for every window and N; returns how many the spans
+    """conversations.from_spans == the plain ranking for every window and N; returns how many the spans
     answered (the rest fell back)."""
     answered = 0
     with open_db(url) as db:
@@ -75,8 +76,8 @@ def _check(url: str | Path, expect_spans: bool = True) -> int:
             where, params = Window(since, until).where()
             where += " AND conversation IS NOT NULL"
             for n in (1, 3, 7, 20, 45):
-                want = _top_conversations(db, where, params, n)
-                got = spans.top(db, since, until, n)
+                want = plain(db, where, params, n)
+                got = from_spans(db, since, until, n)
                 if got is not None:
                     answered += 1
                     assert got == want, (since, until, n)
@@ -117,7 +118,7 @@ def test_sqlite_top_conversations_from_the_spans_equal_the_ranking(tmp_path: Pat
     rows = sample()
     path = tmp_path / "ledger.db"
     _write(path, rows[:5000], keep=True)
-    conn = connect(path)  # rows committed and not rolled up yet: read raw by spans.top
+    conn = connect(path)  # rows committed and not rolled up yet: read raw by conversations.from_spans
     with immediate(conn):
         conn.executemany(SQLITE_INSERT_SQL, [row_params(r) for r in rows[5000:]])
     conn.close()
@@ -131,7 +132,7 @@ def test_turning_spans_on_back_fills_what_the_writer_would_keep(tmp_path: Path) 
     _write(later, rows, keep=False)
     with open_db(later) as db:
         assert db is not None and not db.spans
-        assert spans.top(db, *WINDOWS[0], 5) is None  # not kept: the plain ranking answers
+        assert from_spans(db, *WINDOWS[0], 5) is None  # not kept: the plain ranking answers
     assert _span_rows(later) == []
     _write(later, [], keep=True)  # start-up with spans on: the back-fill
     assert _span_rows(later) == _span_rows(kept)
@@ -192,5 +193,5 @@ def test_a_tie_at_the_bound_is_settled_by_name_as_the_ranking_does(tmp_path: Pat
     _write(path, rows, keep=True)
     with open_db(path) as db:
         assert db is not None and db.spans
-        assert spans.top(db, since, since + 10 * DAY, 1) == ["a00"]
-        assert spans.top(db, since, since + 10 * DAY, 3) == ["a00", "a01", "a02"]
+        assert from_spans(db, since, since + 10 * DAY, 1) == ["a00"]
+        assert from_spans(db, since, since + 10 * DAY, 3) == ["a00", "a01", "a02"]

@@ -21,7 +21,8 @@ from typing import Any, cast
 
 from gateway import bootstrap
 from gateway.config.settings import Settings
-from gateway.ledger.query import LedgerUnavailable, spent_since
+from gateway.ledger.db import LedgerUnavailable
+from gateway.ledger.query import spent_since
 from gateway.ledger.report import (
     BUCKETS,
     GROUP_BY_CHOICES,

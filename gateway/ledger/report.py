@@ -16,7 +16,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
-from gateway.ledger.query import ZERO, LedgerDb, Window, grouped, open_db
+from gateway.ledger.db import ZERO, LedgerDb, Window, open_db
+from gateway.ledger.query import grouped
 
 GroupBy = Literal["model", "route", "tenant", "provider", "key", "conversation"]
 GROUP_BY_CHOICES: Final[tuple[str, ...]] = get_args(GroupBy)

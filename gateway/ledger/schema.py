@@ -18,7 +18,7 @@ of 1e-10 USD (``cost_e10``) that SQL can sum exactly and fast.
   v5  the ts index covers the conversation top-N: SQLite (ts, conversation, cost_e10),
       PostgreSQL (ts) INCLUDE (conversation, cost_usd), replacing the plain ts index (still
       every ts range's index; no more indexes to keep per insert): the most expensive
-      conversations of a window are picked from the index alone (``query._top_conversations``)
+      conversations of a window are picked from the index alone (``conversations.plain``)
   v6  SQLite: ``ledger_rollup_mark``, the id through which the rows are in the rollups. The
       writer commits rows alone and adds them to the rollups a little later, in batches
       (``rollup.roll``); a report adds the rows after the mark from the raw table, so it stays
