@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gateway.ledger.schema import (
+    CONVERSATION_INDEX,
     DROPPED_V7,
     POSTGRES_MIGRATIONS,
     ROLLUP_DAY,
@@ -109,11 +110,11 @@ def _sqlite_e10(value: str | None) -> int | None:
 
 
 def _rebuilt(indexes: list[Any], all_indexes: bool) -> list[Any]:
-    """The indexes to build after the load: the (conversation, ts) index the top-N
+    """The indexes to build after the load: the (conversation, ts, cost) index the top-N
     conversation report sums its picks with (``all_indexes``: every one). The plain ts index
     is not rebuilt: v5 replaced it by the covering one, which the migration builds."""
     kept = [ix for ix in indexes if ix[0] != f"ix_{TABLE}_ts" and ix[0] not in DROPPED_V7]
-    return [ix for ix in kept if all_indexes or ix[0] == f"ix_{TABLE}_conversation_ts"]
+    return [ix for ix in kept if all_indexes or ix[0] == CONVERSATION_INDEX]
 
 
 def seed_sqlite(path: Path, n: int, end: float, *, all_indexes: bool = False) -> dict[str, Any]:

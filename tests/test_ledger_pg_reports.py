@@ -1,21 +1,26 @@
 """Report connections to the PostgreSQL ledger are reused (``pg.ReportConnections``): a second
 report opens no new connection, a terminated backend is replaced once and the report still
 answers, concurrent reports each get their own connection, a failed report leaves a usable
-one, and the idle pool stays bounded."""
+one, the idle pool stays bounded, and a report is one snapshot (rows committed while it runs are
+not half in it)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from gateway.ledger.db import LedgerUnavailable, open_db
 from gateway.ledger.pg import REPORT_CONNECTIONS, ReportConnections, pg_connect
+from gateway.ledger.postgres import ship_rows
 from gateway.ledger.report import spend
+from gateway.ledger.sqlite import row_params
 from tests.pg_support import PG, scratch_schema
 from tests.test_ledger_postgres import fill_postgres
+from tests.test_ledger_store import make_row
 
 pytestmark = pytest.mark.postgres
 
@@ -64,6 +69,20 @@ def test_a_failed_report_leaves_a_usable_connection(pg_url: str) -> None:
     before = REPORT_CONNECTIONS.connects
     assert [ln.key for ln in spend(pg_url, "tenant", None)] == ["beta", "acme"]
     assert REPORT_CONNECTIONS.connects == before  # rolled back and reused
+
+
+def test_a_report_reads_one_snapshot(pg_url: str) -> None:
+    with open_db(pg_url) as db:
+        assert db is not None
+        before = db.rows("SELECT COUNT(*), SUM(cost_usd) FROM ledger")
+        with pg_connect(pg_url) as other, other.cursor() as cur:  # a row committed while it runs
+            assert ship_rows(cur, [row_params(make_row(99, cost_usd=Decimal("5")))]) == 1
+        assert db.rows("SELECT COUNT(*), SUM(cost_usd) FROM ledger") == before
+        with pytest.raises(Exception, match="read-only"):
+            db.rows("DELETE FROM ledger")
+    with open_db(pg_url) as db:  # the next report sees it
+        assert db is not None
+        assert db.rows("SELECT COUNT(*) FROM ledger")[0][0] == before[0][0] + 1
 
 
 def test_concurrent_reports_get_their_own_connections(pg_url: str) -> None:

@@ -87,6 +87,18 @@ def test_rows_arrive_once_with_migrations(pg_url: str, tmp_path: Path) -> None:
     assert [g[0] for g in got] == [f"req-{i}" for i in range(1, 7)]
     assert got[0][1] == D("0.0000000001") and got[4][1] is None
     assert got[5][2] == "self_hosted"
+    with pg_connect(pg_url) as conn:  # v9: the covering conversation index; room for HOT span updates
+        names = {
+            r[0]
+            for r in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'ledger' AND schemaname = current_schema()"
+            )
+        }
+        assert "ix_ledger_conversation_ts_cost" in names and "ix_ledger_conversation_ts" not in names
+        (options,) = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = 'ledger_conversation_span'::regclass"
+        ).fetchone()
+        assert options == ["fillfactor=80"]
 
 
 async def test_submitted_rows_are_durable_in_the_outbox_before_postgres(tmp_path: Path) -> None:

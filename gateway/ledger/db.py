@@ -1,10 +1,10 @@
 """One read-only ledger connection for reports, on either store, and the SQL dialect pieces.
 
-``open_db`` opens a SQLite file (one read snapshot: the rollup mark, the rollups and the raw rows
-agree) or takes a reused PostgreSQL report connection (``pg.ReportConnections``); ``LedgerDb``
-runs ``?``-placeholder SQL on it and supplies the dialect's expressions for money sums (exact
-INTEGER 1e-10 USD units on SQLite, NUMERIC on PostgreSQL) and time buckets. Money leaves as
-``Decimal`` quantized to 1e-10 USD.
+``open_db`` opens a SQLite file or takes a reused PostgreSQL report connection
+(``pg.ReportConnections``), both one read snapshot per report (the rollup mark, the rollups, the
+spans and the raw rows agree); ``LedgerDb`` runs ``?``-placeholder SQL on it and supplies the
+dialect's expressions for money sums (exact INTEGER 1e-10 USD units on SQLite, NUMERIC on
+PostgreSQL) and time buckets. Money leaves as ``Decimal`` quantized to 1e-10 USD.
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ installation never needs it.
 ``ReportConnections`` keeps a few idle report connections per process, so a long-lived
 process (the gateway's admin API, the dashboard) does not pay a new connection (a backend
 fork and its start-up, 5-20 ms) per report. A connection is lent to one caller at a time
-(reports run in threads, ``asyncio.to_thread``: concurrent reports get one each), rolled back
-when it comes back, and dropped when it broke; a process forked from its owner never reuses
-the owner's connections.
+(reports run in threads, ``asyncio.to_thread``: concurrent reports get one each), runs each
+report as one read-only REPEATABLE READ transaction (one snapshot), is rolled back when it
+comes back, and dropped when it broke; a process forked from its owner never reuses the
+owner's connections.
 """
 
 from __future__ import annotations
@@ -58,7 +59,13 @@ class ReportConnections:
         return self.connect(url), False
 
     def connect(self, url: str) -> psycopg.Connection[Any]:
-        conn = pg_connect(url)
+        """A new report connection: read-only, each report one REPEATABLE READ transaction (one
+        snapshot for all its statements, as a SQLite report), ended when it comes back."""
+        conn = pg_connect(url)  # first: it says which extra to install when psycopg is missing
+        import psycopg
+
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
         with self._lock:
             self.connects += 1
         return conn

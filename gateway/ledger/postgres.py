@@ -80,11 +80,12 @@ def pg_spans_state(conn: psycopg.Connection[Any], keep: bool) -> None:
         got = cur.fetchone()
         if got is not None and bool(got[0]) == keep:
             return  # another shipper did it meanwhile
-        cur.execute(f"DELETE FROM {SPAN_TABLE}")
+        cur.execute(f"TRUNCATE {SPAN_TABLE}")  # a fresh file: no dead rows left for the scans
         if keep:
             log.info("ledger: building the conversation spans in PostgreSQL from the rows (once)")
             for stmt in spans.backfill_sql("postgres", through=False):
                 cur.execute(stmt)
+            cur.execute(f"ANALYZE {SPAN_TABLE}")  # the planner's row counts for the bound queries
         cur.execute(spans.kept_sql(keep))
 
 

@@ -73,24 +73,24 @@ def params(found: dict[tuple[int, str], list[int]]) -> list[tuple[Any, ...]]:
 
 
 def backfill_sql(dialect: str, through: bool) -> list[str]:
-    """Fill the table from the raw rows (``through``: only ``id <= ?``), both spans of each."""
+    """Fill the (empty) table from the raw rows (``through``: only ``id <= ?``): one pass over
+    them, both spans of each row in one statement, so no row is written twice (on PostgreSQL
+    an update would leave a dead copy of a 66-column row for every conversation)."""
     if dialect == "sqlite":
         day, cost = "CAST(ts / 3600 AS INTEGER) / 24", "cost_e10"
     else:
         day, cost = "CAST(floor(ts / 3600) AS BIGINT) / 24", "CAST(round(cost_usd * 10000000000) AS BIGINT)"
     limit = " AND id <= ?" if through else ""
     sums = ", ".join(f"SUM(CASE WHEN off <= {i} THEN pos ELSE 0 END)" for i in range(WIDTH))
-    out = []
-    for back in (0, 1):
-        out.append(
-            f"INSERT INTO {SPAN_TABLE} (span, conversation, {', '.join(COLS)}) "
-            f"SELECT span, conversation, {sums} FROM (SELECT day / {STEP} - {back} AS span, "
-            f"day - {STEP} * (day / {STEP} - {back}) AS off, conversation, pos FROM (SELECT {day} AS day, "
-            f"conversation, CASE WHEN {cost} > 0 THEN {cost} ELSE 0 END AS pos FROM {TABLE} "
-            f"WHERE conversation IS NOT NULL{limit}) AS r) AS u WHERE span >= 0 GROUP BY span, conversation "
-            f"ON CONFLICT (span, conversation) DO UPDATE SET {_SETS}"
-        )
-    return out
+    return [
+        f"INSERT INTO {SPAN_TABLE} (span, conversation, {', '.join(COLS)}) "
+        f"SELECT span, conversation, {sums} FROM (SELECT day / {STEP} - back AS span, "
+        f"day - {STEP} * (day / {STEP} - back) AS off, conversation, pos FROM (SELECT {day} AS day, "
+        f"conversation, CASE WHEN {cost} > 0 THEN {cost} ELSE 0 END AS pos FROM {TABLE} "
+        f"WHERE conversation IS NOT NULL{limit}) AS r CROSS JOIN (SELECT 0 AS back UNION ALL SELECT 1) AS b) "
+        f"AS u WHERE span >= 0 GROUP BY span, conversation "
+        f"ON CONFLICT (span, conversation) DO UPDATE SET {_SETS}"
+    ]
 
 
 def kept_sql(on: bool) -> str:
