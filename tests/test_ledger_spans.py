@@ -59,7 +59,10 @@ WINDOWS: list[tuple[float, float | None]] = [
     (T0 - 7.5 * DAY, T0 + 20 * DAY),  # begins in the span before
     (T0 + 10 * DAY, T0 + 12 * DAY),
     (T0 + 31.5 * DAY, T0 + 33.25 * DAY),  # across a span start
-    (T0 + 2 * DAY, T0 + 2.5 * DAY),
+    (T0 + 2 * DAY, T0 + 2.5 * DAY),  # under two days: the plain ranking
+    (T0 + 3.9 * DAY, T0 + 6.2 * DAY),  # short: tight bounds first (each edge's part inside added)
+    (T0 + 5.1 * DAY, T0 + 9.95 * DAY),  # ... each edge's part outside subtracted
+    (T0 + 12.6 * DAY, T0 + 27.3 * DAY),
     (T0 + 40 * DAY, T0 + 70 * DAY),
     (T0, T0 + 45 * DAY),  # longer than a span step: the plain ranking
     (T0 + 50 * DAY, None),  # up to now (the latest row)
@@ -195,3 +198,43 @@ def test_a_tie_at_the_bound_is_settled_by_name_as_the_ranking_does(tmp_path: Pat
         assert db is not None and db.spans
         assert from_spans(db, since, since + 10 * DAY, 1) == ["a00"]
         assert from_spans(db, since, since + 10 * DAY, 3) == ["a00", "a01", "a02"]
+
+
+def test_short_windows_cut_the_edge_days_and_settle_ties_by_name(tmp_path: Path) -> None:
+    """A three-day window whose first day holds 70 conversations' earlier rows (outside it) and
+    whose last day holds later ones: the tight bounds subtract those, so 100 conversations tied
+    at the same spend inside are all summed (the 65th bound equals the best sum) and the
+    ranking's name order decides; rows not rolled up yet stay candidates, and are never
+    subtracted (they are not in the spans)."""
+    since = T0 + 6.25 * DAY  # a quarter into its day: the part outside is the smaller one
+    until = since + 3 * DAY  # a quarter into its day: the part inside is the smaller one
+    later = T0 + 9.8 * DAY  # a second window ending late in its day (the part outside subtracted)
+    rows = []
+    for i in range(100):
+        name = f"t{99 - i:02d}"
+        rows.append(make_row(i, ts=since + DAY, conversation=name, cost_usd=D("0.000004")))
+        if i < 70:
+            rows.append(make_row(100 + i, ts=since - 0.1 * DAY, conversation=name, cost_usd=D("0.000009")))
+            rows.append(make_row(200 + i, ts=until + 0.1 * DAY, conversation=name, cost_usd=D("0.000009")))
+    rows.append(make_row(997, ts=until - 0.02 * DAY, conversation="s00", cost_usd=D("0.000006")))
+    rows.append(make_row(996, ts=later - 0.01 * DAY, conversation="s01", cost_usd=D("0.00002")))
+    path = tmp_path / "ledger.db"
+    _write(path, rows, keep=True)
+    late = [  # not rolled up: in the window (t99 a candidate), outside it (never subtracted)
+        make_row(999, ts=since + 2 * DAY, conversation="t99", cost_usd=D("0.000001")),
+        make_row(998, ts=since - 0.05 * DAY, conversation="t00", cost_usd=D("0.00005")),
+    ]
+    conn = connect(path)
+    with immediate(conn):
+        conn.executemany(SQLITE_INSERT_SQL, [row_params(r) for r in late])
+    conn.close()
+    with open_db(path) as db:
+        assert db is not None and db.spans and db.rolled_through is not None
+        for end in (until, later):
+            where, params = Window(since, end).where()
+            for n in (1, 3, 20, 40, 99):
+                want = plain(db, where + " AND conversation IS NOT NULL", params, n)
+                assert from_spans(db, since, end, n) == want, (end, n)
+            if end == until:  # s00: one row just before the end; t99: the late row
+                assert want[:4] == ["s00", "t99", "t00", "t01"]
+        assert want[:2] == ["s01", "t99"]

@@ -27,7 +27,9 @@ from gateway.ledger.schema import SPAN_TABLE, TABLE
 from gateway.ledger.spans import STEP, day_of
 
 MAX_CANDIDATES: Final = 4096
-MIN_DAYS: Final = 7  # shorter windows: the plain ranking (a partial edge day would loosen every bound)
+MIN_DAYS: Final = 2  # shorter windows: the plain ranking (it reads no more rows than the edges)
+LOOSE_DAYS: Final = 7  # from this long, the first round's bounds come from the span rows alone
+DAY: Final = 86_400
 
 
 def top(
@@ -66,11 +68,9 @@ def from_spans(db: LedgerDb, since: float | None, until: float | None, n: int) -
             return None
         until = math.nextafter(float(latest), math.inf)
     first, last = day_of(since), day_of(until)
-    if last - first >= STEP or until - since < MIN_DAYS * 86_400:
-        return None  # longer than a span step; or so short that its edge days dominate the bounds
+    if last - first >= STEP or until - since < MIN_DAYS * DAY:
+        return None  # longer than a span step; or so short that the plain ranking reads less
     span = first // STEP
-    lo, hi = first - STEP * span, last - STEP * span
-    bound_sql = f"c{hi}" if lo == 0 else f"c{hi} - c{lo - 1}"
     recent: set[str] = set()  # SQLite: conversations with rows not rolled up yet (not in the spans)
     if db.rolled_through is not None:
         recent = {
@@ -81,30 +81,86 @@ def from_spans(db: LedgerDb, since: float | None, until: float | None, n: int) -
                 (db.rolled_through, since, until),
             )
         }
+    tight = _tight(db, span, first, last, since, until)
+    cheap = _loose(span, first, last) if until - since >= LOOSE_DAYS * DAY else tight
     k = max(4 * n, 64)
-    for attempt in range(2):
-        got = db.rows(
-            f"SELECT conversation, {bound_sql} FROM {SPAN_TABLE} WHERE span = ? ORDER BY 2 DESC LIMIT ?",
-            (span, k + 1),
-        )
-        done = len(got) <= k  # every conversation of the span is a candidate
-        beyond = None if done else int(got[k][1])  # no conversation left out spent more
-        ranked = _exact(db, since, until, sorted({str(r[0]) for r in got[:k]} | recent))
-        if done:
-            return [c for c, _ in ranked[:n]]
-        nth = ranked[n - 1][1] if len(ranked) >= n else None
-        if nth is not None and beyond is not None and nth > beyond:
-            return [c for c, _ in ranked[:n]]
-        if nth is None or attempt:
-            return None
-        # every conversation that could still reach the n-th sum (ties included): sum them all
-        (above,) = db.rows(
-            f"SELECT COUNT(*) FROM {SPAN_TABLE} WHERE span = ? AND {bound_sql} >= ?", (span, nth)
-        )[0]
-        if int(above) + len(recent) > MAX_CANDIDATES:
-            return None
-        k = max(int(above), k + 1)
-    return None
+    sql, params = cheap
+    got = db.rows(f"SELECT conversation, b FROM ({sql}) AS t ORDER BY b DESC LIMIT ?", (*params, k + 1))
+    ranked = _exact(db, since, until, sorted({str(r[0]) for r in got[:k]} | recent))
+    if len(got) <= k:  # every conversation of the span was a candidate
+        return [c for c, _ in ranked[:n]]
+    nth = ranked[n - 1][1] if len(ranked) >= n else None
+    if nth is None:
+        return None
+    if nth > int(got[k][1]):  # no conversation left out can reach the n-th sum
+        return [c for c, _ in ranked[:n]]
+    # every conversation whose tight bound reaches the n-th sum found so far (ties included)
+    # holds every one of the true top n: sum them all
+    sql, params = tight
+    reach = f"SELECT conversation FROM ({sql}) AS t WHERE b >= ? LIMIT ?"
+    above = db.rows(reach, (*params, nth, MAX_CANDIDATES + 1))
+    names = {str(r[0]) for r in above} | recent
+    if len(names) > MAX_CANDIDATES:
+        return None
+    return [c for c, _ in _exact(db, since, until, sorted(names))[:n]]
+
+
+Bounds = tuple[str, tuple[Any, ...]]  # SQL of (conversation, b: an upper bound of its window spend)
+
+
+def _loose(span: int, first: int, last: int) -> Bounds:
+    """From the span row alone: the whole days the window touches (edge days counted whole)."""
+    lo, hi = first - STEP * span, last - STEP * span
+    expr = f"c{hi}" if lo == 0 else f"c{hi} - c{lo - 1}"
+    return f"SELECT conversation, {expr} AS b FROM {SPAN_TABLE} WHERE span = ?", (span,)
+
+
+def _tight(db: LedgerDb, span: int, first: int, last: int, since: float, until: float) -> Bounds:
+    """The loose bound with each edge day cut to its part inside the window, read exactly from
+    the covering ts index: the smaller part of the day, either the part outside the window
+    (subtracted: rows in the spans only, ``id <= mark`` on SQLite) or the part inside it (added,
+    the day left out of the span's sum). For a conversation without refunds the bound is its
+    exact spend in the window."""
+    lo, hi = first - STEP * span, last - STEP * span
+    start, end = lo - 1, hi  # the span's days summed: start + 1 .. end
+    parts: list[Bounds] = []
+    day0 = first * DAY
+    if since - day0 <= day0 + DAY - since:
+        parts.append(_edge(db, -1, day0 - 1, since, first))
+    else:
+        start = lo
+        parts.append(_edge(db, 1, since, day0 + DAY + 1, first))
+    day0 = last * DAY
+    if day0 + DAY - until <= until - day0:
+        parts.append(_edge(db, -1, until, day0 + DAY + 1, last))
+    else:
+        end = hi - 1
+        parts.append(_edge(db, 1, day0 - 1, until, last))
+    whole = f"s.c{end}" if start < 0 else f"s.c{end} - s.c{start}"
+    edges = " UNION ALL ".join(sql for sql, _ in parts)
+    sql = (
+        f"SELECT s.conversation, {whole} + COALESCE(a.d, 0) AS b FROM {SPAN_TABLE} AS s LEFT JOIN "
+        f"(SELECT conversation, SUM(d) AS d FROM ({edges}) AS e GROUP BY conversation) AS a "
+        "ON a.conversation = s.conversation WHERE s.span = ?"
+    )
+    return sql, (*(p for _, ps in parts for p in ps), span)
+
+
+def _edge(db: LedgerDb, sign: int, a: float, b: float, day: int) -> Bounds:
+    """``sign`` x the positive part of each cost (1e-10 USD, as the spans keep it) of the rows of
+    ``day`` with ``a <= ts < b``; subtracted rows (``sign`` -1) only from those in the spans."""
+    if db.dialect == "sqlite":
+        pos = "CASE WHEN cost_e10 > 0 THEN cost_e10 ELSE 0 END"
+    else:
+        pos = "CASE WHEN cost_usd > 0 THEN CAST(round(cost_usd * 10000000000) AS BIGINT) ELSE 0 END"
+    sql = (
+        f"SELECT conversation, {sign} * {pos} AS d FROM {TABLE} WHERE ts >= ? AND ts < ? "
+        f"AND {db.hour_sql} / 24 = ? AND conversation IS NOT NULL"
+    )
+    params: tuple[Any, ...] = (a, b, day)
+    if sign < 0 and db.rolled_through is not None:
+        sql, params = sql + " AND id <= ?", (*params, db.rolled_through)
+    return sql, params
 
 
 def _exact(db: LedgerDb, since: float, until: float, names: Sequence[str]) -> list[tuple[str, int | None]]:
