@@ -20,7 +20,7 @@ from gateway.core.ledger_row import LedgerRow
 from gateway.ledger.open import open_ledger
 from gateway.ledger.postgres import PostgresLedger
 from gateway.ledger.schema import SCHEMA_VERSION
-from gateway.ledger.sqlite import TABLE, ledger_path, read_rows
+from gateway.ledger.sqlite import TABLE, ledger_path, read_rows, with_lock_retry
 from gateway.ledger.store import SQLiteLedger
 
 REPO = Path(__file__).resolve().parents[1]
@@ -387,3 +387,37 @@ def test_external_write_lock_only_delays(ledger: SQLiteLedger) -> None:
         other.execute("ROLLBACK")
     assert ledger.flush()
     assert count(ledger.path) == 1
+
+
+def test_start_up_lock_retries_wait_out_another_process_only_with_patience() -> None:
+    """A writer starting while another process migrates or back-fills a big ledger (minutes)
+    waits for it (``patience_s``) instead of giving up after the usual attempts."""
+    calls = 0
+
+    def locked_for(n: int) -> str:
+        nonlocal calls
+        calls += 1
+        if calls <= n:
+            raise sqlite3.OperationalError("database is locked")
+        return "done"
+
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        with_lock_retry(lambda: locked_for(30), attempts=5, delay=0.0001)
+    assert calls == 5
+    calls = 0
+    assert with_lock_retry(lambda: locked_for(30), attempts=5, delay=0.0001, patience_s=30) == "done"
+    assert calls == 31
+    calls, t0 = 0, time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        with_lock_retry(lambda: locked_for(10**9), attempts=5, delay=0.0001, patience_s=0.3)
+    assert 0.3 <= time.monotonic() - t0 < 3
+    calls = 0
+
+    def broken() -> None:
+        nonlocal calls
+        calls += 1
+        raise sqlite3.OperationalError("no such table: x")
+
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        with_lock_retry(broken, patience_s=30)
+    assert calls == 1

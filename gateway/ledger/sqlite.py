@@ -3,6 +3,7 @@ mapping between ``LedgerRow`` and table rows. Used by the writer (``store``) and
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -24,6 +25,7 @@ from gateway.ledger.schema import (
 __all__ = ["COLUMNS", "SCHEMA_VERSION", "TABLE"]
 
 BUSY_TIMEOUT_MS: Final = 5000
+log = logging.getLogger(__name__)
 MIGRATIONS: Final = SQLITE_MIGRATIONS
 INSERT_SQL: Final = SQLITE_INSERT_SQL
 _E10: Final = Decimal("1E10")
@@ -69,16 +71,29 @@ def is_locked_error(exc: BaseException) -> bool:
     return "locked" in msg or "busy" in msg
 
 
-def with_lock_retry(fn: Callable[[], T], *, attempts: int = 20, delay: float = 0.05) -> T:
-    """Run ``fn``, retrying with backoff while SQLite says the database is locked."""
-    for i in range(attempts - 1):
+def with_lock_retry(
+    fn: Callable[[], T], *, attempts: int = 20, delay: float = 0.05, patience_s: float | None = None
+) -> T:
+    """Run ``fn``, retrying with backoff while SQLite says the database is locked: ``attempts``
+    times, or (``patience_s``) for as long as that, however many attempts it takes: start-up
+    work that may wait on another process's migration or back-fill (minutes on a big ledger)."""
+    deadline = None if patience_s is None else time.monotonic() + patience_s
+    i = 0
+    while True:
         try:
             return fn()
         except sqlite3.OperationalError as exc:
+            i += 1
             if not is_locked_error(exc):
                 raise
-            time.sleep(min(1.0, delay * (1.5**i)))
-    return fn()
+            if time.monotonic() >= deadline if deadline is not None else i >= attempts:
+                raise
+            if i == attempts:
+                log.warning("ledger: the database is locked by another process (migrating? back-filling?)")
+            time.sleep(min(1.0, delay * (1.5 ** min(i - 1, 20))))
+
+
+START_PATIENCE_S: Final = 1800.0  # how long a starting writer waits for another's start-up work
 
 
 def connect(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
@@ -103,15 +118,16 @@ def _e10(value: str | None) -> int | None:
     return None if value is None else int(Decimal(value) * _E10)
 
 
-def migrate(conn: sqlite3.Connection) -> int:
-    """Bring the schema up to ``SCHEMA_VERSION``; safe when several processes race."""
+def migrate(conn: sqlite3.Connection, *, patience_s: float | None = None) -> int:
+    """Bring the schema up to ``SCHEMA_VERSION``; safe when several processes race
+    (``patience_s``: see ``with_lock_retry``)."""
     conn.create_function("sy_e10", 1, _e10, deterministic=True)
 
     def run() -> int:
         with immediate(conn):
             return apply_migrations(conn.execute, SQLITE_MIGRATIONS, "?")
 
-    return with_lock_retry(run)
+    return with_lock_retry(run, patience_s=patience_s)
 
 
 @contextmanager

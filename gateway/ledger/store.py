@@ -47,6 +47,7 @@ from gateway.ledger.sqlite import (
     COLUMNS,
     INSERT_SQL,
     SCHEMA_VERSION,
+    START_PATIENCE_S,
     TABLE,
     connect,
     immediate,
@@ -147,11 +148,13 @@ class SQLiteLedger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = connect(self.path, check_same_thread=False)
         try:
-            migrate(conn)
+            migrate(conn, patience_s=START_PATIENCE_S)  # another worker may be migrating a big ledger
             if self._background_checkpoints:
                 writer_settings(conn)
-            if self._rollups:
-                with_lock_retry(lambda: rollup.sync_spans(conn, self.conversation_spans))
+            if self._rollups:  # ... or back-filling the spans
+                with_lock_retry(
+                    lambda: rollup.sync_spans(conn, self.conversation_spans), patience_s=START_PATIENCE_S
+                )
         except BaseException:
             conn.close()
             raise
