@@ -6,6 +6,7 @@ a writer running without them marks them stale, and reports fall back."""
 
 from __future__ import annotations
 
+import math
 import random
 import sqlite3
 from collections.abc import Iterator
@@ -115,6 +116,11 @@ def test_cells_keep_running_positive_sums_in_both_spans() -> None:
     assert found[(7, "a")][:8] == [0, 0, 0, 0, 0, 30, 30, 34] and found[(7, "a")][63] == 34
     assert found[(6, "a")][36] == 0 and found[(6, "a")][37] == 30 and found[(6, "a")][39] == 34
     assert spans.cells([(5.0, None, 10)]) == {}
+    for d in (0, 1, 20_480, 20_782, 29_999):  # a day's rows are one plain ts range
+        start = spans.day_start(d)
+        assert spans.day_of(start) == d and (
+            d == 0 or spans.day_of(math.nextafter(start, -math.inf)) == d - 1
+        )
 
 
 def test_sqlite_top_conversations_from_the_spans_equal_the_ranking(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from gateway.ledger.db import LedgerDb, Window
 from gateway.ledger.schema import SPAN_TABLE, TABLE
-from gateway.ledger.spans import STEP, day_of
+from gateway.ledger.spans import STEP, day_of, day_start
 
 MAX_CANDIDATES: Final = 4096
 MIN_DAYS: Final = 2  # shorter windows: the plain ranking (it reads no more rows than the edges)
@@ -124,40 +124,39 @@ def _tight(db: LedgerDb, span: int, first: int, last: int, since: float, until: 
     lo, hi = first - STEP * span, last - STEP * span
     start, end = lo - 1, hi  # the span's days summed: start + 1 .. end
     parts: list[Bounds] = []
-    day0 = first * DAY
-    if since - day0 <= day0 + DAY - since:
-        parts.append(_edge(db, -1, day0 - 1, since, first))
+    a, b = day_start(first), day_start(first + 1)
+    if since - a <= b - since:
+        parts.append(_edge(db, -1, a, since))
     else:
         start = lo
-        parts.append(_edge(db, 1, since, day0 + DAY + 1, first))
-    day0 = last * DAY
-    if day0 + DAY - until <= until - day0:
-        parts.append(_edge(db, -1, until, day0 + DAY + 1, last))
+        parts.append(_edge(db, 1, since, b))
+    a, b = day_start(last), day_start(last + 1)
+    if b - until <= until - a:
+        parts.append(_edge(db, -1, until, b))
     else:
         end = hi - 1
-        parts.append(_edge(db, 1, day0 - 1, until, last))
+        parts.append(_edge(db, 1, a, until))
     whole = f"s.c{end}" if start < 0 else f"s.c{end} - s.c{start}"
     edges = " UNION ALL ".join(sql for sql, _ in parts)
     sql = (
         f"SELECT s.conversation, {whole} + COALESCE(a.d, 0) AS b FROM {SPAN_TABLE} AS s LEFT JOIN "
-        f"(SELECT conversation, SUM(d) AS d FROM ({edges}) AS e GROUP BY conversation) AS a "
+        f"(SELECT conversation, CAST(SUM(d) AS BIGINT) AS d FROM ({edges}) AS e GROUP BY conversation) AS a "
         "ON a.conversation = s.conversation WHERE s.span = ?"
     )
     return sql, (*(p for _, ps in parts for p in ps), span)
 
 
-def _edge(db: LedgerDb, sign: int, a: float, b: float, day: int) -> Bounds:
-    """``sign`` x the positive part of each cost (1e-10 USD, as the spans keep it) of the rows of
-    ``day`` with ``a <= ts < b``; subtracted rows (``sign`` -1) only from those in the spans."""
+def _edge(db: LedgerDb, sign: int, a: float, b: float) -> Bounds:
+    """``sign`` x the positive part of each cost (1e-10 USD, as the spans keep it) of the rows
+    with ``a <= ts < b`` (one edge day's part: ``spans.day_start`` bounds); subtracted rows
+    (``sign`` -1) only from those in the spans."""
     if db.dialect == "sqlite":
         pos = "CASE WHEN cost_e10 > 0 THEN cost_e10 ELSE 0 END"
     else:
         pos = "CASE WHEN cost_usd > 0 THEN CAST(round(cost_usd * 10000000000) AS BIGINT) ELSE 0 END"
-    sql = (
-        f"SELECT conversation, {sign} * {pos} AS d FROM {TABLE} WHERE ts >= ? AND ts < ? "
-        f"AND {db.hour_sql} / 24 = ? AND conversation IS NOT NULL"
-    )
-    params: tuple[Any, ...] = (a, b, day)
+    sql = f"SELECT conversation, {sign} * {pos} AS d FROM {TABLE} WHERE ts >= ? AND ts < ?"
+    sql += " AND conversation IS NOT NULL"
+    params: tuple[Any, ...] = (a, b)
     if sign < 0 and db.rolled_through is not None:
         sql, params = sql + " AND id <= ?", (*params, db.rolled_through)
     return sql, params

@@ -16,6 +16,7 @@ Cost: a wide upsert per row and span (~20-25 µs of writer CPU per row and span 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -42,6 +43,18 @@ UPSERT: Final = {"sqlite": _upsert("?"), "postgres": _upsert("%s")}
 def day_of(ts: float) -> int:
     """The day a row is filed under (as the rollups: its hour, ``rollup.hour_of``, // 24)."""
     return int(ts / 3600) // 24
+
+
+def day_start(day: int) -> float:
+    """The least ``ts`` that ``day_of`` files under ``day`` or later (``ts / 3600`` rounds, so
+    it may lie a hair before ``day * 86400``): rows of ``day`` are exactly ``day_start(day) <=
+    ts < day_start(day + 1)``, a plain ts range."""
+    ts = day * 86_400.0
+    while ts > 0 and day_of(math.nextafter(ts, -math.inf)) >= day:
+        ts = math.nextafter(ts, -math.inf)
+    while day_of(ts) < day:
+        ts = math.nextafter(ts, math.inf)
+    return ts
 
 
 def cells(rows: Iterable[tuple[float, str | None, int | None]]) -> dict[tuple[int, str], list[int]]:
