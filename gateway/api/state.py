@@ -1,5 +1,6 @@
-"""What the HTTP layer keeps for the process: the running gateway (from gateway/bootstrap.py)
-and the request-id counter. Handlers read ``state.services`` once per request."""
+"""What the HTTP layer keeps for the process: the running gateway (from gateway/bootstrap.py),
+the request-id counter and the body-read deadlines. Handlers read ``state.services`` once per
+request."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.api.auth import authenticate
+from gateway.api.deadlines import BodyDeadlines
 from gateway.api.errors import REQUEST_ID
 from gateway.bootstrap import Gateway
 from gateway.flow.exchange import Exchange
@@ -32,10 +34,11 @@ def wanted_headers(scope: Mapping[str, Any]) -> dict[str, str]:
 
 
 class AppState:
-    __slots__ = ("counter", "gateway", "id_prefix")
+    __slots__ = ("body_deadlines", "counter", "gateway", "id_prefix")
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
+        self.body_deadlines = BodyDeadlines()
         self.id_prefix = os.urandom(6).hex()
         self.counter = 0
 

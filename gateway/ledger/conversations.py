@@ -5,14 +5,17 @@ Two ways to the same answer. The plain ranking groups the window's rows from the
 index (schema v5: ts, conversation, cost), never the rows themselves: it reads every row of the
 window. With the conversation spans kept (schema v8, ``spans``) a window of ``MIN_DAYS`` to 32
 days takes one span row per conversation instead: ``c{b} - c{a-1}`` bounds from above what each
-conversation spent on days a..b (partial edge days count whole; a refund cannot raise a
-positive-part sum). The best-bounded are summed exactly (the (conversation, ts) index), and the
-answer stands once the N-th exact sum is strictly above every bound not summed; ties, NULL costs
-and the order of names come out as the plain ranking's. When a first round does not settle it,
-one count says how many conversations could still reach the N-th sum, and those are all summed;
-more than ``MAX_CANDIDATES`` of them, a tenant filter, an open start or a window outside those
-lengths take the plain ranking. On SQLite the rows after the rollup mark are not in the spans yet:
-their conversations (a rowid range) are always candidates.
+conversation spent on days a..b (edge days counted whole: the loose bound; a refund cannot raise
+a positive-part sum). The best-bounded are summed exactly (the covering (conversation, ts, cost)
+index, schema v9), and the answer stands once the N-th exact sum is strictly above every bound
+not summed; ties, NULL costs and the order of names come out as the plain ranking's. When that
+first round does not settle it (windows under ``LOOSE_DAYS`` start here), the tight bound cuts
+each edge day to its part inside the window, read exactly from the ts index, and every
+conversation whose tight bound reaches the N-th sum found so far is summed: they hold the true
+top N. More than ``MAX_CANDIDATES`` of them, a tenant filter, an open start or a window outside
+those lengths take the plain ranking. On SQLite the rows after the rollup mark are not in the
+spans yet: their conversations (a rowid range) are always candidates, and their rows are never
+subtracted from a bound.
 """
 
 from __future__ import annotations
