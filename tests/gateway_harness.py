@@ -13,7 +13,6 @@ import httpx2 as httpx  # the HTTP client the openai SDK ships with
 import uvicorn
 
 from gateway.api.app import create_app
-from gateway.api.corked import CorkedHttpToolsProtocol
 from gateway.config.settings import Secret, Settings
 from gateway.limits.keys import KeyStore
 
@@ -121,7 +120,6 @@ def start_gateway(
         log_level="warning",
         access_log=False,
         lifespan="on",
-        http=CorkedHttpToolsProtocol,  # as `switchyard serve` runs it
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"gateway-{port}", daemon=True)

@@ -21,8 +21,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     import uvicorn
 
-    from gateway.api.corked import CorkedHttpToolsProtocol
-
     uvicorn.run(
         "gateway.api.app:create_app",
         factory=True,
@@ -30,7 +28,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         loop="uvloop",
-        http=CorkedHttpToolsProtocol,  # httptools, a response's head and body in one send
+        http="httptools",
         access_log=False,
         log_level=args.log_level,
         timeout_graceful_shutdown=args.graceful_timeout,
