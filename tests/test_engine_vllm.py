@@ -232,6 +232,19 @@ def test_probe_re_exports_engine_metrics_and_skips_a_dead_replica(
 def test_spill_over_while_the_engine_is_busy_and_back_when_it_recovers(
     tmp_path: Path, cluster: dict[str, Any], api: MockUpstream
 ) -> None:
+    """Up to three tries of 120 s each: on two shared cores the busy engine's /metrics can stay
+    too slow for the probe to see its queue for minutes (it failed so at the previous session's
+    commit too, about one run in two); a gateway that never spills for the queue fails all."""
+    for attempt in range(3):
+        if _spill_scenario(tmp_path / f"try-{attempt}", cluster, api):
+            return
+    pytest.fail("no request spilled for the engine's queue in three tries of 120 s")
+
+
+def _spill_scenario(tmp_path: Path, cluster: dict[str, Any], api: MockUpstream) -> bool:
+    """One try: False when no request spilled for the queue within 120 s (nothing asserted)."""
+    tmp_path.mkdir()
+    already = len(api.requests())
     a: Engine = cluster["engines"][0]
     provider = (f'{{type: openai, base_url: "{a.url}", key_required: false, self_hosted: true, '
                 f'load: {{max_waiting: 0, probe_interval_s: 0.2, probe_timeout_s: 10}}}}')  # fmt: skip
@@ -275,14 +288,18 @@ def test_spill_over_while_the_engine_is_busy_and_back_when_it_recovers(
             return served[-1] == "api" and (queue_spills or 0) >= 1
 
         try:
-            wait_for(spilled, timeout=180, every=0.05)
+            wait_for(spilled, timeout=120, every=0.05)
+        except AssertionError as exc:
+            if "condition not met" not in str(exc):
+                raise
+            return False
         finally:
             stop.set()
             for t in threads:
                 t.join(600)
         assert not errors, errors
         assert served[-1] == "api"
-        assert len(api.requests()) == served.count("api")
+        assert len(api.requests()) - already == served.count("api")
         spills = gauge(gw, "switchyard_engine_spillovers_total", engine="vllm", reason="queue")
         assert spills is not None and spills >= 1
         wait_for(lambda: gauge(gw, "switchyard_engine_queue_depth", engine="vllm", replica=a.replica) == 0.0)
@@ -291,6 +308,7 @@ def test_spill_over_while_the_engine_is_busy_and_back_when_it_recovers(
         assert headers["x-switchyard-provider"] == "vllm"
         rows = gw.ledger_rows()
         assert [r["provider"] for r in rows] == ["vllm", *served, "vllm"]
+        return True
     finally:
         gw.stop()
 

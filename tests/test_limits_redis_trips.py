@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -102,25 +103,54 @@ def test_a_metered_request_costs_one_admission_and_one_settlement(
 
         ask("warm up: scripts loaded")
         time.sleep(0.5)
-        with Monitor(prefix) as mon:
+        counts = {"requests": 1, "hits": 0}
+
+        def trips(send: Any, want: int) -> None:
+            """``send()`` costs exactly ``want`` commands. Up to three tries: a command landing
+            in the window from outside this request (a background settlement the machine's load
+            delayed past the quiet period) must not fail it; a request that really costs more
+            fails every try."""
+            seen: list[list[str]] = []
+            for attempt in range(3):
+                with Monitor(prefix) as mon:
+                    send(attempt)
+                    sent = mon.wait_for(want)
+                if sent == ["EVALSHA"] * want:
+                    return
+                seen.append(sent)
+            raise AssertionError(f"expected {want} EVALSHA per try, saw {seen}")
+
+        def three_misses(attempt: int) -> None:
             for i in range(3):
-                ask(f"question {i}")
-            sent = mon.wait_for(6)
-        assert sent == ["EVALSHA"] * 6, sent  # admission + settlement, per request
-        with Monitor(prefix) as mon:
-            ask("question 0")  # an exact-cache hit: admitted (its reservation given back)
-            sent = mon.wait_for(2)
-        assert sent == ["EVALSHA"] * 2, sent
+                ask(f"question {attempt}-{i}")
+            counts["requests"] += 3
+
+        def one_hit(attempt: int) -> None:
+            ask("question 0-0")  # an exact-cache hit: admitted (its reservation given back)
+            counts["requests"] += 1
+            counts["hits"] += 1
+
+        trips(three_misses, 6)  # admission + settlement, per request
+        trips(one_hit, 2)
         # the agents' surfaces too: Anthropic Messages and OpenAI Responses admit and reserve
         # in one round trip (they took two, rate limits then reservation, before)
-        anthropic = {"model": "metered", "max_tokens": 8, "messages": [{"role": "user", "content": "hi A"}]}
-        responses = {"model": "metered", "input": "hi R", "max_output_tokens": 16, "store": False}
-        for path, body in (("/v1/messages", anthropic), ("/v1/responses", responses)):
-            with Monitor(prefix) as mon:
+        for path in ("/v1/messages", "/v1/responses"):
+
+            def agent(attempt: int, path: str = path) -> None:
+                if path == "/v1/messages":
+                    body = {"model": "metered", "max_tokens": 8, "messages": [{"role": "user", "content": f"hi A{attempt}"}]}  # fmt: skip
+                else:
+                    body = {
+                        "model": "metered",
+                        "input": f"hi R{attempt}",
+                        "max_output_tokens": 16,
+                        "store": False,
+                    }
                 r = gw.post(path, body, tenant=tenant)
                 assert r.status_code == 200, (path, r.text)
-                sent = mon.wait_for(2)
-            assert sent == ["EVALSHA"] * 2, (path, sent)
+                counts["requests"] += 1
+
+            trips(agent, 2)
     finally:
         gw.stop()
     import sqlite3
@@ -132,7 +162,7 @@ def test_a_metered_request_costs_one_admission_and_one_settlement(
         ).fetchall()
     finally:
         conn.close()
-    assert [r[1] for r in rows].count("hit") == 1 and len(rows) == 7
+    assert [r[1] for r in rows].count("hit") == counts["hits"] and len(rows) == counts["requests"]
     spent = sum(to_nanos(Decimal(str(r[0]))) for r in rows if r[1] != "hit")
     assert spent > 0
     client = redis.Redis.from_url(REDIS_URL)
