@@ -7,10 +7,12 @@ start a ``Gateway`` here and read ``gateway.services``; nothing else builds or p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -278,16 +280,56 @@ class Gateway:
         self._key_store.close()
 
 
-async def start(settings: Settings) -> Gateway:
+@dataclasses.dataclass
+class StartProgress:
+    """What ``start`` is doing now: a gateway still starting says so (``api.starting``)."""
+
+    phase: str = "starting"
+    ledger: Ledger | None = None  # while the ledger starts: its own phase adds the detail
+
+    def describe(self) -> str:
+        return f"{self.phase}: {self.ledger.phase}" if self.ledger is not None else self.phase
+
+
+async def _in_daemon_thread(fn: Callable[[], None]) -> None:
+    """Run ``fn`` off the loop in a daemon thread: unlike ``asyncio.to_thread``'s pool, a
+    shutdown during a long migration does not wait for it (its transaction rolls back)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(exc: BaseException | None) -> None:
+        if not done.done():
+            done.set_exception(exc) if exc is not None else done.set_result(None)
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # handed to the awaiting coroutine
+            outcome: BaseException | None = exc
+        else:
+            outcome = None
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, outcome)
+
+    threading.Thread(target=run, name="switchyard-start", daemon=True).start()
+    await done
+
+
+async def start(settings: Settings, progress: StartProgress | None = None) -> Gateway:
     """Build everything for ``settings`` (a bad policy raises PolicyError with every problem),
-    start the ledger writer and the background tasks, seed the budgets."""
+    start the ledger writer and the background tasks, seed the budgets. ``progress`` follows
+    the phases (the ledger's start, which may migrate a big database, runs off the loop)."""
+    progress = progress or StartProgress()
+    progress.phase = "loading the policy"
     policy = load_policy(settings.policy_path)
     metrics, tasks = Metrics(settings.multiprocess_dir), TaskOwner()
     settings.home.mkdir(parents=True, exist_ok=True)
     ledger = open_ledger(  # postgresql://: outbox in home
         settings.ledger_url, home=settings.home, conversation_spans=settings.conversation_spans
     )
-    ledger.start()
+    progress.phase, progress.ledger = "starting the ledger", ledger
+    await _in_daemon_thread(ledger.start)
+    progress.phase, progress.ledger = "seeding the budgets", None
     key_store = open_key_store(settings)  # PostgreSQL ledger: keys shared there
     limits = _limits(settings, policy, key_store, metrics, tasks)
     await seed_budgets(limits, policy, ledger)
@@ -322,6 +364,7 @@ async def start(settings: Settings) -> Gateway:
     _warn_unconfigured(policy)
     gateway = Gateway(services, key_store)
     semantic.start_warm(policy)  # loads the embedder only if a route uses it; /readyz 503 until then
+    progress.phase = "started"
     tasks.daemon(engines.run(metrics.record_engine))  # engine /metrics probe (idle if none)
     if settings.policy_watch_s > 0:
         tasks.daemon(gateway.watch_policy(settings.policy_watch_s))

@@ -61,11 +61,21 @@ def test_refusal_shape_metric_and_exempt_paths(tmp_path: Path) -> None:
                     "code": "overloaded",
                 }
             }
+            # an Anthropic client gets Anthropic's shape
+            m = gw.post(
+                "/v1/messages",
+                {"model": "small", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]},
+            )
+            assert m.status_code == 503 and m.headers["retry-after"] == "7"
+            assert m.json() == {
+                "type": "error",
+                "error": {"type": "overloaded_error", "message": r.json()["error"]["message"]},
+            }
             # probes and metrics are never shed
             assert gw.get("/healthz").status_code == 200
             assert gw.get("/readyz").status_code == 200
             metrics = gw.get("/metrics").text
-            assert 'switchyard_load_shed_total{reason="in_flight"} 1.0' in metrics
+            assert 'switchyard_load_shed_total{reason="in_flight"} 2.0' in metrics
             slow.join(10)
             ok = gw.post("/v1/chat/completions", CHAT)
             assert ok.status_code == 200

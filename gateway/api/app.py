@@ -17,10 +17,12 @@ from gateway.api.errors import install_error_handlers
 from gateway.api.fastpath import FastPath
 from gateway.api.overload import AdmissionGate
 from gateway.api.routes import HOT_ROUTES, router
+from gateway.api.starting import Start
 from gateway.api.state import AppState
 from gateway.config.settings import Settings
 
 log = logging.getLogger("switchyard")
+START_GRACE_S = 2.0  # a start-up longer than this goes on in the background (api.starting)
 
 
 def _configure_logging(level: str) -> None:
@@ -39,27 +41,38 @@ def create_app(settings: Settings | None = None) -> AdmissionGate:
     settings = settings or Settings.from_env()
     _configure_logging(settings.log_level)
 
+    gate: AdmissionGate | None = None  # set below; the lifespan runs after create_app returns
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        gateway = await bootstrap.start(settings)  # a bad policy stops start-up with its errors
-        app.state.sy = AppState(gateway)
+        admission = gate
+        assert admission is not None
         loop = asyncio.get_running_loop()
         sighup = False
-        with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
-            loop.add_signal_handler(signal.SIGHUP, lambda: gateway.tasks.spawn(gateway.reload()))
-            sighup = True
-        log.info(
-            "switchyard %s started: policy %s, ledger %s",
-            __version__,
-            settings.policy_path,
-            settings.ledger_url,
-        )
+
+        def started(gateway: bootstrap.Gateway) -> None:
+            nonlocal sighup
+            app.state.sy = AppState(gateway)
+            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+                loop.add_signal_handler(signal.SIGHUP, lambda: gateway.tasks.spawn(gateway.reload()))
+                sighup = True
+            log.info(
+                "switchyard %s started: policy %s, ledger %s",
+                __version__,
+                settings.policy_path,
+                settings.ledger_url,
+            )
+
+        start = Start(settings, admission, started)
+        await start.begin(START_GRACE_S)  # a slow start-up goes on while the process listens
         try:
             yield
         finally:
             if sighup:
                 loop.remove_signal_handler(signal.SIGHUP)
-            await gateway.aclose()
+            gateway = await start.end()
+            if gateway is not None:
+                await gateway.aclose()
 
     app = FastAPI(title="Switchyard", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     install_error_handlers(app)
@@ -68,9 +81,10 @@ def create_app(settings: Settings | None = None) -> AdmissionGate:
     app.include_router(dashboard.router)
     app.include_router(messages.router)
     app.include_router(responses.router)
-    return AdmissionGate(
+    gate = AdmissionGate(
         FastPath(
             app, {**HOT_ROUTES, **messages.HOT_ROUTES, **responses.HOT_ROUTES} if settings.fastpath else {}
         ),
         app,
     )
+    return gate

@@ -18,6 +18,7 @@ from gateway.core.errors import (
     SwitchyardError,
     UnknownPathError,
 )
+from gateway.protocols import anthropic_messages
 
 log = logging.getLogger("switchyard")
 REQUEST_ID = "switchyard.request_id"  # ASGI scope key (cheaper than starlette's request.state)
@@ -46,6 +47,14 @@ def error_response(exc: SwitchyardError, request_id: str | None = None) -> Respo
         headers=error_headers(exc, request_id),
         media_type="application/json",
     )
+
+
+def error_bytes(error: SwitchyardError, path: str) -> bytes:
+    """``error``'s body in the shape of the protocol ``path`` speaks, for answers sent before
+    any handler (the admission gate, a gateway still starting): Anthropic's on /v1/messages."""
+    if path.startswith("/v1/messages"):
+        return orjson.dumps(anthropic_messages.error_body(error))
+    return orjson.dumps(error.to_body())
 
 
 def internal_error_response(request: Request, exc: Exception) -> Response:

@@ -22,17 +22,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.api.errors import error_bytes
+from gateway.api.starting import StartGate
 from gateway.core.errors import OverloadedError
 
 EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 SHED_MESSAGE = "The gateway is at capacity; retry after the time in the Retry-After header"
 
 
-def shed_body() -> bytes:
-    return orjson.dumps(OverloadedError(SHED_MESSAGE).to_body())
+def shed_body(path: str = "/v1/chat/completions") -> bytes:
+    return error_bytes(OverloadedError(SHED_MESSAGE), path)
 
 
 def _has_body(scope: Scope) -> bool:
@@ -56,7 +57,9 @@ class AdmissionGate:
         self.reading = 0
         self.shed = 0
         self._body = shed_body()
+        self._messages_body = shed_body("/v1/messages")
         self._sy: Any = None
+        self.start_gate: StartGate | None = None  # set while a slow start-up runs on
 
     @property
     def state(self) -> Any:
@@ -74,12 +77,15 @@ class AdmissionGate:
         return server.max_in_flight, server.max_body_reads, server.overload_retry_after_s, svc.metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.start_gate is not None and scope["type"] == "http":
+            await self.start_gate.answer(scope, send)
+            return
         if scope["type"] != "http" or scope["path"] in EXEMPT_PATHS:
             await self.app(scope, receive, send)
             return
         limit, read_limit, retry_after, metrics = self._limits()
         if limit is not None and self.in_flight >= limit:
-            await self._refuse(send, retry_after, metrics, "in_flight")
+            await self._refuse(scope, send, retry_after, metrics, "in_flight")
             return
         if not _has_body(scope):
             self.in_flight += 1
@@ -89,7 +95,7 @@ class AdmissionGate:
                 self.in_flight -= 1
             return
         if read_limit is not None and self.reading >= read_limit:
-            await self._refuse(send, retry_after, metrics, "body_reads")
+            await self._refuse(scope, send, retry_after, metrics, "body_reads")
             return
         self.reading += 1
         admitted = False  # counted in ``reading`` until the body is whole, then in ``in_flight``
@@ -117,20 +123,21 @@ class AdmissionGate:
             else:
                 self.reading -= 1
 
-    async def _refuse(self, send: Send, retry_after: int, metrics: Any, reason: str) -> None:
+    async def _refuse(self, scope: Scope, send: Send, retry_after: int, metrics: Any, reason: str) -> None:
         # The request body is left unread; the server discards it, the connection stays open.
         self.shed += 1
         if metrics is not None:
             metrics.shed.labels(reason).inc()
+        body = self._messages_body if scope["path"].startswith("/v1/messages") else self._body
         await send(
             {
                 "type": "http.response.start",
                 "status": 503,
                 "headers": [
                     (b"content-type", b"application/json"),
-                    (b"content-length", str(len(self._body)).encode()),
+                    (b"content-length", str(len(body)).encode()),
                     (b"retry-after", str(retry_after).encode()),
                 ],
             }
         )
-        await send({"type": "http.response.body", "body": self._body})
+        await send({"type": "http.response.body", "body": body})

@@ -172,6 +172,15 @@ class OverloadedError(SwitchyardError):
     retryable = True
 
 
+class StartingError(SwitchyardError):
+    """The gateway is still starting (migrating its ledger, say): answered before any handler."""
+
+    status = 503
+    type = "server_error"
+    code = "starting"
+    retryable = True
+
+
 class UnknownPathError(SwitchyardError):
     status = 404
     type = "invalid_request_error"

@@ -106,6 +106,8 @@ class Ledger(Protocol):
     """The durable dollar ledger. ``submit`` resolves (True) once the row is committed, or
     (False) once its batch kept failing for the ledger's wait timeout."""
 
+    phase: str  # what ``start`` is doing ("migrating the schema", ...), "started" after it
+
     def start(self) -> None: ...
 
     def submit(self, row: LedgerRow) -> Awaitable[bool]: ...

@@ -72,11 +72,17 @@ def is_locked_error(exc: BaseException) -> bool:
 
 
 def with_lock_retry(
-    fn: Callable[[], T], *, attempts: int = 20, delay: float = 0.05, patience_s: float | None = None
+    fn: Callable[[], T],
+    *,
+    attempts: int = 20,
+    delay: float = 0.05,
+    patience_s: float | None = None,
+    waiting: Callable[[], None] | None = None,
 ) -> T:
     """Run ``fn``, retrying with backoff while SQLite says the database is locked: ``attempts``
     times, or (``patience_s``) for as long as that, however many attempts it takes: start-up
-    work that may wait on another process's migration or back-fill (minutes on a big ledger)."""
+    work that may wait on another process's migration or back-fill (minutes on a big ledger).
+    ``waiting`` is called once, when the wait is long enough to be logged."""
     deadline = None if patience_s is None else time.monotonic() + patience_s
     i = 0
     while True:
@@ -90,6 +96,8 @@ def with_lock_retry(
                 raise
             if i == attempts:
                 log.warning("ledger: the database is locked by another process (migrating? back-filling?)")
+                if waiting is not None:
+                    waiting()
             time.sleep(min(1.0, delay * (1.5 ** min(i - 1, 20))))
 
 
@@ -118,16 +126,18 @@ def _e10(value: str | None) -> int | None:
     return None if value is None else int(Decimal(value) * _E10)
 
 
-def migrate(conn: sqlite3.Connection, *, patience_s: float | None = None) -> int:
+def migrate(
+    conn: sqlite3.Connection, *, patience_s: float | None = None, waiting: Callable[[], None] | None = None
+) -> int:
     """Bring the schema up to ``SCHEMA_VERSION``; safe when several processes race
-    (``patience_s``: see ``with_lock_retry``)."""
+    (``patience_s``, ``waiting``: see ``with_lock_retry``)."""
     conn.create_function("sy_e10", 1, _e10, deterministic=True)
 
     def run() -> int:
         with immediate(conn):
             return apply_migrations(conn.execute, SQLITE_MIGRATIONS, "?")
 
-    return with_lock_retry(run, patience_s=patience_s)
+    return with_lock_retry(run, patience_s=patience_s, waiting=waiting)
 
 
 @contextmanager

@@ -135,6 +135,7 @@ class SQLiteLedger:
         self._unrolled = 1 if self._rollups else 0  # rows committed, not yet rolled up (1: look at start)
         self._rolled_at = time.monotonic()
         self.roll_errors = 0
+        self.phase = "not started"  # what ``start`` is doing (a slow start-up reports it)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -146,18 +147,29 @@ class SQLiteLedger:
         if self._closed:
             raise RuntimeError("this ledger was closed; create a new one")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.phase = "opening the database"
         conn = connect(self.path, check_same_thread=False)
+
+        def waiting() -> None:
+            self.phase = "waiting for another process's migration or back-fill (the database is locked)"
+
         try:
-            migrate(conn, patience_s=START_PATIENCE_S)  # another worker may be migrating a big ledger
+            self.phase = "migrating the schema"
+            migrate(conn, patience_s=START_PATIENCE_S, waiting=waiting)  # another worker may be at it
             if self._background_checkpoints:
                 writer_settings(conn)
             if self._rollups:  # ... or back-filling the spans
+                self.phase = "rolling up and syncing the conversation spans"
                 with_lock_retry(
-                    lambda: rollup.sync_spans(conn, self.conversation_spans), patience_s=START_PATIENCE_S
+                    lambda: rollup.sync_spans(conn, self.conversation_spans),
+                    patience_s=START_PATIENCE_S,
+                    waiting=waiting,
                 )
         except BaseException:
+            self.phase = "failed"
             conn.close()
             raise
+        self.phase = "started"
         self._conn = conn
         if self._background_checkpoints:
             self._checkpointer = Checkpointer(self.path, lambda p: connect(p, check_same_thread=False))
@@ -424,6 +436,7 @@ class NullLedger(SQLiteLedger):
         super().__init__(Path(os.devnull))
 
     def start(self) -> None:
+        self.phase = "started"
         log.warning("SWITCHYARD_LEDGER=none: requests are NOT recorded (benchmark mode)")
 
     def close(self, timeout: float = 10.0) -> None:
