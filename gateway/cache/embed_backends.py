@@ -79,6 +79,7 @@ def _model_dir() -> Path:
 def _offline() -> None:
     set_library_default("HF_HUB_OFFLINE", "1")
     set_library_default("TRANSFORMERS_OFFLINE", "1")
+    set_library_default("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no tqdm bar in a CLI or the log
 
 
 def _normalise(x: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
