@@ -95,6 +95,7 @@ def test_rows_arrive_once_with_migrations(pg_url: str, tmp_path: Path) -> None:
             )
         }
         assert "ix_ledger_conversation_ts_cost" in names and "ix_ledger_conversation_ts" not in names
+        assert "ix_ledger_ts_conversation_tenant" in names and "ix_ledger_ts_conversation" not in names  # v10
         (options,) = conn.execute(
             "SELECT reloptions FROM pg_class WHERE oid = 'ledger_conversation_span'::regclass"
         ).fetchone()

@@ -91,7 +91,8 @@ def test_schema_wal_and_migrations(ledger: SQLiteLedger) -> None:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"ledger_rollup_hour", "ledger_rollup_day", "ledger_rollup_mark"} <= tables
     assert "ix_ledger_conversation_ts_cost" in names and "ix_ledger_conversation_ts" not in names  # v9
-    assert {"ix_ledger_ts_conversation", "ux_ledger_request_id"} <= names
+    assert {"ix_ledger_ts_conversation_tenant", "ux_ledger_request_id"} <= names  # v10
+    assert "ix_ledger_ts_conversation" not in names  # v10 replaced it
     assert "ix_ledger_ts" not in names  # v5: the covering ts index replaced it
     assert not names & {  # v7: no report walks them, every insert paid for them
         "ix_ledger_tenant_ts",
