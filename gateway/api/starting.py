@@ -10,8 +10,9 @@ the migration back, forever):
 * ``/healthz`` 200 while starting (the process is alive and working), 503 once start-up failed
   (a liveness probe then restarts it);
 * ``/readyz`` and ``/metrics`` 503 with what it is doing;
-* every other path the OpenAI-shaped 503 ``starting`` with ``Retry-After`` (the SDKs retry
-  it), or ``start_failed`` (no details: those are in the log)."""
+* every other path a 503 ``starting`` with ``Retry-After`` (the SDKs retry it), or
+  ``start_failed`` (no details: those are in the log); OpenAI-shaped, Anthropic's shape on
+  /v1/messages (``api.errors.error_bytes``)."""
 
 from __future__ import annotations
 
