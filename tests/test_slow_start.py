@@ -52,7 +52,11 @@ def test_a_locked_ledger_start_listens_answers_503_then_serves(tmp_path: Path, m
         assert live.json()["status"] == "starting"
         ready_ = gw.get("/readyz")
         assert ready_.status_code == 503
-        assert ready_.json() == {"status": "starting", "phase": "starting the ledger: migrating the schema"}
+        waiting = "starting the ledger: waiting for another process's migration or back-fill (the database is locked)"
+        assert ready_.json() in (
+            {"status": "starting", "phase": "starting the ledger: migrating the schema"},
+            {"status": "starting", "phase": waiting},  # past SQLite's 5 s busy timeout already
+        )
         assert gw.get("/metrics").status_code == 503
         refused = gw.post("/v1/chat/completions", CHAT)
         assert refused.status_code == 503
@@ -67,6 +71,7 @@ def test_a_locked_ledger_start_listens_answers_503_then_serves(tmp_path: Path, m
         assert messages.json()["type"] == "error"
         assert messages.json()["error"]["type"] == "overloaded_error"
         assert not mock.requests()  # refused before any handler: nothing sent, nothing to lose
+        _wait(lambda: gw.get("/readyz").json()["phase"] == waiting)  # the lock wait is named
     finally:
         holder.rollback()
         holder.close()

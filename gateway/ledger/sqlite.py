@@ -82,7 +82,7 @@ def with_lock_retry(
     """Run ``fn``, retrying with backoff while SQLite says the database is locked: ``attempts``
     times, or (``patience_s``) for as long as that, however many attempts it takes: start-up
     work that may wait on another process's migration or back-fill (minutes on a big ledger).
-    ``waiting`` is called once, when the wait is long enough to be logged."""
+    ``waiting`` is called once, at the first "locked" (after SQLite's own busy timeout)."""
     deadline = None if patience_s is None else time.monotonic() + patience_s
     i = 0
     while True:
@@ -94,10 +94,10 @@ def with_lock_retry(
                 raise
             if time.monotonic() >= deadline if deadline is not None else i >= attempts:
                 raise
+            if i == 1 and waiting is not None:
+                waiting()
             if i == attempts:
                 log.warning("ledger: the database is locked by another process (migrating? back-filling?)")
-                if waiting is not None:
-                    waiting()
             time.sleep(min(1.0, delay * (1.5 ** min(i - 1, 20))))
 
 
