@@ -75,6 +75,7 @@ def test_every_documented_variable_is_accepted(tmp_path: Path) -> None:
         "SWITCHYARD_MODEL_DIR": str(tmp_path / "models"),
         "SWITCHYARD_OTLP_ENDPOINT": "http://127.0.0.1:4318/v1/traces",
         "SWITCHYARD_VLLM_PYTHON": "/opt/vllm/bin/python",
+        "SWITCHYARD_EXIT_ON_START_FAILURE": "0",
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "mp"),
     }
     assert set(VARIABLES) == {k for k in env if k.startswith("SWITCHYARD_")}, "a test value per variable"
@@ -88,10 +89,12 @@ def test_every_documented_variable_is_accepted(tmp_path: Path) -> None:
     assert s.vllm_python == "/opt/vllm/bin/python"
     assert s.multiprocess_dir == str(tmp_path / "mp")
     assert s.conversation_spans is True
+    assert s.exit_on_start_failure is False
 
 
 def test_conversation_spans_flag_is_checked() -> None:
     assert Settings.from_env({}).conversation_spans is False
+    assert Settings.from_env({}).exit_on_start_failure is True  # a process of its own exits
     assert Settings.from_env({"SWITCHYARD_CONVERSATION_SPANS": "off"}).conversation_spans is False
     with pytest.raises(SettingsError, match="SWITCHYARD_CONVERSATION_SPANS"):
         Settings.from_env({"SWITCHYARD_CONVERSATION_SPANS": "maybe"})

@@ -1,21 +1,28 @@
 """A start-up slower than ``app.START_GRACE_S`` goes on in the background: the process listens,
 /healthz answers, /readyz and the API say 503 "starting" until it is done, and a start-up that
-fails late is reported (/healthz 503) instead of hanging. The slow part here is real: another
+fails late is reported (/healthz 503; under ``switchyard serve`` the process exits 3) instead of hanging. The slow part here is real: another
 connection holds the SQLite ledger's write lock, as a second worker migrating it would."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 import pytest
 
 from gateway.api.app import START_GRACE_S
+from gateway.api.starting import STARTUP_FAILURE
 from gateway.ledger.store import SQLiteLedger
 from load_tests.mock_upstream import MockUpstream
-from tests.gateway_harness import RunningGateway, mock_policy, start_gateway
+from tests.gateway_harness import RunningGateway, free_port, mock_policy, start_gateway
+
+REPO = Path(__file__).resolve().parent.parent
 
 CHAT = {"model": "small", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -125,3 +132,46 @@ def test_a_shutdown_during_or_after_start_up_is_clean(tmp_path: Path, mock: Mock
         assert not gw.thread.is_alive()  # the lifespan ended without waiting for the lock
         if holder is not None:
             holder.close()
+
+
+def test_switchyard_serve_exits_3_when_its_start_up_fails_late(tmp_path: Path, mock: MockUpstream) -> None:
+    """Under ``switchyard serve`` (``SWITCHYARD_EXIT_ON_START_FAILURE`` on by default) a late
+    failure ends the process with uvicorn's start-up failure code, as an early one does."""
+    home = tmp_path / "home"
+    home.mkdir()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(mock_policy(mock.base_url))
+    holder = _locked(home / "ledger.db")
+    holder.execute("CREATE TABLE schema_migrations (x INTEGER)")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
+    env.update(SWITCHYARD_HOME=str(home), SWITCHYARD_POLICY=str(policy), PYTHONUNBUFFERED="1")
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--log-level", "info"],
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+
+        def starting() -> bool:
+            assert proc.poll() is None, log.read_text()
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        _wait(starting)  # listening, past the grace, still waiting for the lock
+        holder.commit()  # the migration now meets a schema_migrations table it cannot read
+        assert proc.wait(timeout=30) == STARTUP_FAILURE
+        text = log.read_text()
+        assert "start-up failed; exiting (code 3)" in text and "schema_migrations" in text
+        assert not mock.requests()
+    finally:
+        holder.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -12,12 +12,18 @@ the migration back, forever):
 * ``/readyz`` and ``/metrics`` 503 with what it is doing;
 * every other path a 503 ``starting`` with ``Retry-After`` (the SDKs retry it), or
   ``start_failed`` (no details: those are in the log); OpenAI-shaped, Anthropic's shape on
-  /v1/messages (``api.errors.error_bytes``)."""
+  /v1/messages (``api.errors.error_bytes``).
+
+A start-up that fails late exits the process with code 3, as one failing inside the grace
+does (``Settings.exit_on_start_failure``, on under ``switchyard serve`` unless
+``SWITCHYARD_EXIT_ON_START_FAILURE=0``); a gateway embedded with that off stays up, failed."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 from collections.abc import Callable
 from typing import Protocol
 
@@ -33,6 +39,7 @@ from gateway.flow.services import TaskOwner
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 5
+STARTUP_FAILURE = 3  # uvicorn's exit code for a start-up that failed (its supervisor then stops)
 FAILED_MESSAGE = "The gateway failed to start; its log says why"
 
 
@@ -65,6 +72,17 @@ class StartGate:
         headers.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once. Nothing was accepted (every request got a 503) and nothing
+    that started holds a request's data, so there is nothing to drain; a SystemExit out of
+    the loop would cancel uvicorn's lifespan task instead, which logs two tracebacks."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 class _Gated(Protocol):
@@ -113,6 +131,9 @@ class Start:
             outcome = task.result()
             if isinstance(outcome, Exception):
                 gate.fail()
+                if self._settings.exit_on_start_failure:
+                    log.error("start-up failed; exiting (code %d)", STARTUP_FAILURE, exc_info=outcome)
+                    _exit_now(STARTUP_FAILURE)
                 log.error("start-up failed; answering 503 until restarted", exc_info=outcome)
                 return
             self._gated.start_gate = None

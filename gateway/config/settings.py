@@ -42,6 +42,7 @@ VARIABLES: Final[Mapping[str, str]] = {
     "SWITCHYARD_MODEL_DIR": "model_dir: where models made at first use are cached; default home/models",
     "SWITCHYARD_OTLP_ENDPOINT": "otlp_endpoint: OTLP/HTTP traces endpoint (over the policy's)",
     "SWITCHYARD_VLLM_PYTHON": "vllm_python: interpreter with vLLM for `switchyard engine serve`",
+    "SWITCHYARD_EXIT_ON_START_FAILURE": "1 (default): a start-up failing after the 2 s grace exits (code 3)",
 }
 # SWITCHYARD_* names that other programs read, so they are often in the same environment:
 # accepted (never refused), not used by the gateway.
@@ -155,8 +156,8 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise SettingsError(f"{name}={raw!r} is not a number", param=name) from None
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = (env.get(name) or "0").strip().lower()
+def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
+    raw = (env.get(name) or ("1" if default else "0")).strip().lower()
     if raw in ("1", "true", "on", "yes"):
         return True
     if raw in ("0", "false", "off", "no", ""):
@@ -200,6 +201,9 @@ class Settings:
     vllm_python: str | None = None  # read by engine.cli itself (the engine imports nothing of ours)
     multiprocess_dir: str | None = None  # PROMETHEUS_MULTIPROC_DIR: set when serving N workers
     conversation_spans: bool = False  # keep ledger/spans.py's table (the 30-day top conversations)
+    # A start-up failing after app.START_GRACE_S: exit with uvicorn's STARTUP_FAILURE code (3), as
+    # one failing inside the grace does; False (embedded gateways, tests): stay up answering 503.
+    exit_on_start_failure: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -230,6 +234,7 @@ class Settings:
             vllm_python=env.get("SWITCHYARD_VLLM_PYTHON") or None,
             multiprocess_dir=env.get(MULTIPROC_ENV) or None,
             conversation_spans=_flag(env, "SWITCHYARD_CONVERSATION_SPANS"),
+            exit_on_start_failure=_flag(env, "SWITCHYARD_EXIT_ON_START_FAILURE", default=True),
         )
 
     @property
