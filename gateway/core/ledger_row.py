@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final
+
+from gateway.core.record import record
 
 ENDPOINTS: Final = frozenset({"chat", "completions", "embeddings", "messages", "responses"})
 CACHE_STATUSES: Final = frozenset({"miss", "hit", "semantic_hit", "bypass", "off"})
@@ -22,7 +23,7 @@ def conversation_id(key: str | None) -> str | None:
     return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LedgerRow:
     """A request as the ledger records it. Token counts of None mean "unknown" (never 0);
     money is exact ``Decimal`` USD (None when it could not be priced)."""

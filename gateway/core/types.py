@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
+from gateway.core.record import record
 
-@dataclass(frozen=True, slots=True)
+
+@record
 class Usage:
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -130,7 +132,7 @@ class Target:
     self_hosted: bool = False  # served by our own engine (savings cause "self_hosted")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChatRequest:
     """A validated chat request. ``body`` is the OpenAI request body as the client sent it,
     after the route's default/pinned parameters were applied; unknown fields stay in it so
@@ -150,7 +152,7 @@ class ChatRequest:
         return msgs
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChatResult:
     """A complete (non-streamed) chat completion in OpenAI shape, with normalised usage."""
 
@@ -158,7 +160,7 @@ class ChatResult:
     usage: Usage
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RawResult:
     """A complete response of a pass-through endpoint (completions, embeddings)."""
 
@@ -183,7 +185,7 @@ class ChatStream(Protocol):
     async def aclose(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Principal:
     """Who is calling: the tenant and (a non-secret id of) the key used."""
 
@@ -192,7 +194,7 @@ class Principal:
     allowed_models: frozenset[str] | None = None  # None: every model/route the policy exposes
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RequestFacts:
     """What one finished request tells the tracer."""
 

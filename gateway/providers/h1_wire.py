@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from gateway.core.errors import UpstreamError
+from gateway.core.record import record
 
 
 class H1Error(UpstreamError):
@@ -22,7 +22,7 @@ class H1Error(UpstreamError):
         self.kind = kind
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class H1Response:
     status: int
     headers: Mapping[str, str]  # names lower-cased; repeated fields joined with ", "

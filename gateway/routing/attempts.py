@@ -7,7 +7,6 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from gateway.core.errors import (
@@ -17,6 +16,7 @@ from gateway.core.errors import (
     UpstreamRejectedError,
     UpstreamTimeoutError,
 )
+from gateway.core.record import record
 from gateway.core.types import Target
 from gateway.routing.breaker import BreakerBoard
 from gateway.routing.plan import RoutePlan
@@ -26,7 +26,7 @@ T = TypeVar("T")
 MAX_RETRY_AFTER_S = 20.0  # a longer Retry-After moves on to the next target
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AttemptOutcome(Generic[T]):
     value: T
     target: Target
