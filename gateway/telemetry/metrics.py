@@ -8,6 +8,7 @@ config.settings.export_serve_environment).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from decimal import Decimal
 from typing import Any
 
@@ -38,26 +39,101 @@ LATENCY_BUCKETS = (
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
+class _Tally:
+    """A counter child whose increments add up in a plain float until ``flush``."""
+
+    __slots__ = ("child", "pending")
+
+    def __init__(self, child: Any) -> None:
+        self.child = child
+        self.pending = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        if amount < 0:
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        self.pending += amount
+
+    def flush(self) -> None:
+        if self.pending:
+            amount, self.pending = self.pending, 0.0
+            self.child.inc(amount)
+
+
+class _Spread:
+    """A histogram child whose observations add up in plain counts until ``flush``: the
+    bucket an observation falls in is the first upper bound it does not exceed, as in
+    prometheus_client's ``Histogram.observe``."""
+
+    __slots__ = ("bounds", "child", "counts", "total")
+
+    def __init__(self, child: Any) -> None:
+        self.child = child
+        self.bounds: list[float] = list(child._upper_bounds)  # the last one is +Inf
+        self.counts = [0] * len(self.bounds)
+        self.total = 0.0
+
+    def observe(self, amount: float) -> None:
+        self.total += amount
+        if amount == amount:  # NaN falls in no bucket
+            self.counts[bisect_left(self.bounds, amount)] += 1
+
+    def flush(self) -> None:
+        counts, total = self.counts, self.total
+        if not any(counts) and not total:
+            return
+        self.counts, self.total = [0] * len(counts), 0.0
+        self.child._sum.inc(total)
+        for bucket, n in zip(self.child._buckets, counts, strict=True):
+            if n:
+                bucket.inc(n)
+
+
 class _Memo:
     """A labelled metric whose children are looked up once per label set: prometheus_client's
     own ``labels()`` validates and locks on every call, which is measurable at 3,000 req/s.
-    Label sets are bounded (see the module docstring); the memo is capped anyway."""
+    Label sets are bounded (see the module docstring); the memo is capped anyway.
 
-    __slots__ = ("_children", "metric")
+    ``deferred`` (one process, no ``PROMETHEUS_MULTIPROC_DIR``): counter and histogram children
+    are handed out wrapped (``_Tally``, ``_Spread``), which add up in plain Python numbers and
+    reach prometheus_client at ``flush`` (``Metrics.render`` flushes first, so a scrape reads
+    every update before it): a request's eight metric updates cost a lock, a validation call
+    and (histograms) a bucket scan each otherwise. Updates come from the event loop thread
+    only (the wrappers are not thread-safe). With several workers each update goes straight
+    to the shared files, as other workers' scrapes read them."""
+
+    __slots__ = ("_children", "_wrapped", "metric")
 
     MAX_CHILDREN = 10_000
 
-    def __init__(self, metric: Any) -> None:
+    def __init__(self, metric: Any, *, deferred: bool = False) -> None:
         self.metric = metric
         self._children: dict[tuple[str, ...], Any] = {}
+        self._wrapped: list[Any] | None = [] if deferred and isinstance(metric, Counter | Histogram) else None
 
     def labels(self, *values: str) -> Any:
         child = self._children.get(values)
         if child is None:
             child = self.metric.labels(*values)
             if len(self._children) < self.MAX_CHILDREN:
+                if self._wrapped is not None:
+                    child = self._wrap(child)
                 self._children[values] = child
         return child
+
+    def _wrap(self, child: Any) -> Any:
+        if not isinstance(self.metric, Histogram):
+            wrapped: _Tally | _Spread = _Tally(child)
+        elif all(hasattr(child, a) for a in ("_upper_bounds", "_sum", "_buckets")):
+            wrapped = _Spread(child)
+        else:  # a prometheus_client whose internals differ: update it directly
+            return child
+        assert self._wrapped is not None
+        self._wrapped.append(wrapped)
+        return wrapped
+
+    def flush(self) -> None:
+        for child in self._wrapped or ():
+            child.flush()
 
 
 ENGINE_GAUGES = (
@@ -85,7 +161,13 @@ class Metrics:
         self.multiprocess_dir = multiprocess_dir or library_env(MULTIPROC_ENV)
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = _Memo(
+        self._memos: list[_Memo] = []
+
+        def memo(metric: Any) -> _Memo:
+            self._memos.append(_Memo(metric, deferred=not self.multiprocess_dir))
+            return self._memos[-1]
+
+        self.requests = memo(
             Counter(
                 "switchyard_requests",
                 "Requests answered, by outcome",
@@ -93,7 +175,7 @@ class Metrics:
                 registry=r,
             )
         )
-        self.latency = _Memo(
+        self.latency = memo(
             Histogram(
                 "switchyard_request_duration_seconds",
                 "Total request latency as seen by the gateway",
@@ -102,7 +184,7 @@ class Metrics:
                 registry=r,
             )
         )
-        self.ttft = _Memo(
+        self.ttft = memo(
             Histogram(
                 "switchyard_time_to_first_token_seconds",
                 "Time from request arrival to the first streamed chunk sent to the client",
@@ -111,7 +193,7 @@ class Metrics:
                 registry=r,
             )
         )
-        self.overhead = _Memo(
+        self.overhead = memo(
             Histogram(
                 "switchyard_gateway_overhead_seconds",
                 "Latency the gateway adds: total (or TTFT for streams) minus time waiting on upstreams",
@@ -120,18 +202,18 @@ class Metrics:
                 registry=r,
             )
         )
-        self.tokens = _Memo(
+        self.tokens = memo(
             Counter("switchyard_tokens", "Tokens metered, by kind", ["route", "model", "kind"], registry=r)
         )
-        self.cost = _Memo(
+        self.cost = memo(
             Counter(
                 "switchyard_cost_usd", "Spend in USD", ["tenant", "route", "model", "provider"], registry=r
             )
         )
-        self.cache = _Memo(
+        self.cache = memo(
             Counter("switchyard_cache_results", "Exact-cache lookups by result", ["result"], registry=r)
         )
-        self.cache_errors = _Memo(
+        self.cache_errors = memo(
             Counter(
                 "switchyard_cache_backend_errors",
                 "Cache backend failures (served as misses)",
@@ -140,7 +222,7 @@ class Metrics:
             )
         )
         # Semantic cache: hits/misses count in switchyard_cache_results (semantic_hit/semantic_miss).
-        self.semantic_lookup = _Memo(
+        self.semantic_lookup = memo(
             Histogram(
                 "switchyard_semantic_lookup_seconds",
                 "Semantic-cache lookup time (embed + search + verify), by route",
@@ -150,7 +232,7 @@ class Metrics:
             )
         )
         # Complexity routing: which tier the classifier sent each request to first.
-        self.route_decisions = _Memo(
+        self.route_decisions = memo(
             Counter(
                 "switchyard_route_decisions",
                 "Classifier routing decisions (strong|cheap|self_hosted|unscored), by route",
@@ -158,7 +240,7 @@ class Metrics:
                 registry=r,
             )
         )
-        self.upstream_errors = _Memo(
+        self.upstream_errors = memo(
             Counter(
                 "switchyard_upstream_errors",
                 "Failed upstream attempts",
@@ -166,7 +248,7 @@ class Metrics:
                 registry=r,
             )
         )
-        self.usage_estimated = _Memo(
+        self.usage_estimated = memo(
             Counter(
                 "switchyard_usage_estimated",
                 "Answers metered with the local tokenizer: usage missing or out of range, by provider",
@@ -174,18 +256,18 @@ class Metrics:
                 registry=r,
             )
         )
-        self.retries = _Memo(
+        self.retries = memo(
             Counter("switchyard_upstream_attempts", "Upstream attempts", ["provider", "model"], registry=r)
         )
-        self.policy_reloads = _Memo(
+        self.policy_reloads = memo(
             Counter("switchyard_policy_reloads", "Policy reloads by result", ["result"], registry=r)
         )
-        self.rejections = _Memo(
+        self.rejections = memo(
             Counter(
                 "switchyard_rejections", "Requests refused before any upstream call", ["code"], registry=r
             )
         )
-        self.breaker_open = _Memo(
+        self.breaker_open = memo(
             Gauge(
                 "switchyard_circuit_open",
                 "1 while a target's circuit breaker is open",
@@ -194,7 +276,7 @@ class Metrics:
                 multiprocess_mode="max",
             )
         )
-        self.shed = _Memo(
+        self.shed = memo(
             Counter(
                 "switchyard_load_shed",
                 "Requests refused at once with 503 because the gateway was at capacity",
@@ -220,7 +302,7 @@ class Metrics:
             registry=r,
             multiprocess_mode="max",  # workers share one outbox file
         )
-        self.savings = _Memo(
+        self.savings = memo(
             Counter(
                 "switchyard_savings_usd",
                 "USD saved against the route's baseline model, by cause "
@@ -235,7 +317,7 @@ class Metrics:
             field: Gauge(name, doc, ["engine", "replica"], registry=r, multiprocess_mode="max")
             for field, name, doc in ENGINE_GAUGES
         }
-        self.engine_spillovers = _Memo(
+        self.engine_spillovers = memo(
             Counter(
                 "switchyard_engine_spillovers",
                 "Requests sent past a saturated engine to the route's next target",
@@ -244,7 +326,7 @@ class Metrics:
             )
         )
         # Budgets and rate limits. Budget names come from the policy / key store (bounded).
-        self.budget_remaining = _Memo(
+        self.budget_remaining = memo(
             Gauge(
                 "switchyard_budget_remaining_usd",
                 "USD left in a budget's current period (limit minus spent and reserved)",
@@ -253,7 +335,7 @@ class Metrics:
                 multiprocess_mode="min",
             )
         )
-        self.limits_backend_errors = _Memo(
+        self.limits_backend_errors = memo(
             Counter(
                 "switchyard_limits_backend_errors",
                 "Rate-limit/budget store (Redis) failures, by what the gateway did",
@@ -284,7 +366,13 @@ class Metrics:
         if saved is not None and saved > 0 and cause != "none":
             self.savings.labels(tenant, route, cause).inc(float(saved))
 
+    def flush(self) -> None:
+        """Hand every deferred update to prometheus_client (``_Memo``): before any read."""
+        for memo in self._memos:
+            memo.flush()
+
     def render(self) -> bytes:
+        self.flush()
         mp_dir = self.multiprocess_dir
         if mp_dir:
             registry = CollectorRegistry()
