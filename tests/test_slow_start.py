@@ -134,9 +134,16 @@ def test_a_shutdown_during_or_after_start_up_is_clean(tmp_path: Path, mock: Mock
             holder.close()
 
 
-def test_switchyard_serve_exits_3_when_its_start_up_fails_late(tmp_path: Path, mock: MockUpstream) -> None:
+SERVE = (sys.executable, "-m", "gateway.cli", "serve")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_switchyard_serve_exits_3_when_its_start_up_fails_late(
+    tmp_path: Path, mock: MockUpstream, workers: int
+) -> None:
     """Under ``switchyard serve`` (``SWITCHYARD_EXIT_ON_START_FAILURE`` on by default) a late
-    failure ends the process with uvicorn's start-up failure code, as an early one does."""
+    failure ends the process with uvicorn's start-up failure code, as an early one does; with
+    two workers the supervisor stops the other one and exits 3 too (not 0)."""
     home = tmp_path / "home"
     home.mkdir()
     policy = tmp_path / "policy.yaml"
@@ -149,7 +156,7 @@ def test_switchyard_serve_exits_3_when_its_start_up_fails_late(tmp_path: Path, m
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--log-level", "info"],
+            [*SERVE, "--port", str(port), "--log-level", "info", "--workers", str(workers)],
             env=env,
             cwd=REPO,
             stdout=out,

@@ -19,9 +19,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except PolicyError as exc:
         print(exc.render(), file=sys.stderr)
         return 2
-    import uvicorn
-
-    uvicorn.run(
+    return _run_uvicorn(
         "gateway.api.app:create_app",
         factory=True,
         host=args.host,
@@ -35,7 +33,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server_header=False,
         proxy_headers=False,
     )
-    return 0
+
+
+def _run_uvicorn(app: str, **options: Any) -> int:
+    """``uvicorn.run``, with one exit code for a start-up failure however many workers: one
+    worker exits 3 itself (uvicorn's, or ``api.starting``'s for a late failure); with several,
+    uvicorn's supervisor stops the others when one exits 3 but returns as from a clean stop,
+    so the code is read off the workers it kept here."""
+    import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
+
+    if options.get("workers", 1) <= 1:
+        uvicorn.run(app, **options)  # exits 3 itself on a start-up failure
+        return 0
+    config = uvicorn.Config(app, **options)
+    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+    try:
+        supervisor.run()
+    except KeyboardInterrupt:
+        pass
+    failed = any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes)
+    return STARTUP_FAILURE if failed else 0
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
