@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import Any
 
@@ -49,10 +50,8 @@ def _run_uvicorn(app: str, **options: Any) -> int:
         return 0
     config = uvicorn.Config(app, **options)
     supervisor = Multiprocess(config, sockets=[config.bind_socket()])
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         supervisor.run()
-    except KeyboardInterrupt:
-        pass
     failed = any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes)
     return STARTUP_FAILURE if failed else 0
 
