@@ -164,8 +164,8 @@ def test_v1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
 
 
 async def test_null_ledger_for_benchmarks_records_nothing(tmp_path: Path) -> None:
+    from gateway.ledger.null import NullLedger
     from gateway.ledger.open import open_ledger
-    from gateway.ledger.store import NullLedger
 
     led = open_ledger("none")
     assert isinstance(led, NullLedger)

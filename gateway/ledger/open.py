@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from gateway.config.settings import default_home
+from gateway.ledger.null import NullLedger
 from gateway.ledger.postgres import PostgresLedger, outbox_path_for
 from gateway.ledger.sqlite import is_postgres_url, ledger_path
-from gateway.ledger.store import NullLedger, SQLiteLedger
+from gateway.ledger.store import SQLiteLedger
 
 __all__ = ["open_ledger"]
 
