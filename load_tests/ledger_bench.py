@@ -9,8 +9,8 @@ ledger's CPU cost per request at 3,000 req/s.
 - Queries (median of 3, cold-ish then warm): spend by model / by tenant over the last day and
   the last 30 days, by model for one tenant, daily series by model, savings by cause, budget
   seeding (``spent_since``), on both stores.
-- CPU per request: what the pipeline does for the ledger on each request (price it twice,
-  build the row, ``submit()`` and await the group commit) at 3,000 req/s with 64 in flight,
+- CPU per request (`ledger_cpu`): what the pipeline does for the ledger on each request (price it twice,
+  build the row, ``submit()`` and await the group commit) at 3,000 and at 300 req/s, 64 in flight,
   measured as process CPU time (all threads, the writer included) over wall time.
 
 - Reports at scale (``--report-rows``, default 10M): a month of rows seeded straight into
@@ -24,7 +24,6 @@ Writes ``ledger-bench-<UTC>.json`` and ``.md`` under DIR (default load_tests/rep
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
@@ -41,11 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.core.ledger_row import LedgerRow
-from gateway.core.types import Price, Target, Usage
-from gateway.ledger.meter import savings_cause
 from gateway.ledger.pg import pg_connect
 from gateway.ledger.postgres import PostgresLedger, pg_migrate
-from gateway.ledger.pricing import cost_of
 from gateway.ledger.query import spent_by, spent_since
 from gateway.ledger.report import savings_by_cause, spend, spend_series
 from gateway.ledger.schema import COLUMNS
@@ -53,6 +49,7 @@ from gateway.ledger.store import SQLiteLedger
 from load_tests import ledger_seed
 from load_tests.bench_procs import machine_info
 from load_tests.bench_report import save_report
+from load_tests.ledger_cpu import bench_rates
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "reports"
 DAY = 86_400.0
@@ -296,99 +293,6 @@ def _pg_value(v: Any) -> Any:
     return int(v) if isinstance(v, bool) else v
 
 
-async def _paced(rate: float, seconds: float, inflight: int, work: Callable[[int], Any]) -> dict[str, Any]:
-    """Start one task per request at ``rate`` req/s (at most ``inflight`` running), each
-    awaiting ``work(i)``; process CPU time (all threads) per request."""
-    sem = asyncio.Semaphore(inflight)
-    n = int(rate * seconds)
-
-    async def one(i: int) -> None:
-        async with sem:
-            await work(i)
-
-    tasks = []
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    for i in range(n):
-        tasks.append(asyncio.ensure_future(one(i)))
-        delay = wall0 + (i + 1) / rate - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-    await asyncio.gather(*tasks)
-    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    return {"requests": n, "achieved_rps": round(n / wall), "cpu_ms_per_request": round(cpu / n * 1000, 4)}
-
-
-def _ledger_work(ledger: SQLiteLedger) -> Callable[[int], Any]:
-    """What ``Pipeline._record`` does for the ledger on one request, then the durable wait."""
-    price = Price(Decimal("0.15"), Decimal("0.60"), Decimal("0.075"))
-    base = Price(Decimal("2.50"), Decimal("10.00"), Decimal("1.25"))
-    target = Target("mini", "openai", "gpt-4o-mini", price)
-    now = time.time()
-
-    async def work(i: int) -> None:
-        usage = Usage(1200, 300, cached_input_tokens=1000)
-        cost = cost_of(usage, price)
-        baseline = cost_of(Usage(usage.input_tokens, usage.output_tokens), base)
-        cause = savings_cause("miss", target, cost, baseline, "large")
-        row = LedgerRow(
-            request_id=f"cpu-{i}",
-            ts=now,
-            tenant="bench",
-            key_id="0123456789ab",
-            route="bench",
-            requested_model="bench",
-            served_model=target.model,
-            provider=target.provider,
-            endpoint="chat",
-            stream=False,
-            cache_status="miss",
-            input_tokens=usage.input_tokens,
-            cached_tokens=usage.cached_input_tokens,
-            cache_write_tokens=usage.cache_write_tokens,
-            output_tokens=usage.output_tokens,
-            usage_estimated=usage.estimated,
-            cost_usd=cost,
-            baseline_cost_usd=baseline,
-            latency_ms=1.5,
-            ttft_ms=None,
-            status="ok",
-            http_status=200,
-            error_code=None,
-            attempts=1,
-            classifier_score=None,
-            savings_cause=cause,
-            route_decision=None,
-        )
-        await ledger.submit(row)
-
-    return work
-
-
-async def _noop(i: int) -> None:
-    await asyncio.sleep(0)  # the task still yields once, as awaiting the commit does
-
-
-def bench_cpu(
-    workdir: Path, rate: float = 3000.0, seconds: float = 5.0, inflight: int = 64
-) -> dict[str, Any]:
-    """CPU per request of the ledger work minus the same paced task loop doing nothing."""
-    led = SQLiteLedger(workdir / "cpu.db")
-    led.start()
-    try:
-        with_ledger = asyncio.run(_paced(rate, seconds, inflight, _ledger_work(led)))
-    finally:
-        led.close()
-    baseline = asyncio.run(_paced(rate, seconds, inflight, _noop))
-    added = with_ledger["cpu_ms_per_request"] - baseline["cpu_ms_per_request"]
-    return {
-        "rate_rps": rate,
-        "with_ledger": with_ledger,
-        "task_loop_only": baseline,
-        "ledger_cpu_ms_per_request": round(added, 4),
-        "target_ms": 0.1,
-    }
-
-
 def _render_reports(rep: dict[str, Any]) -> list[str]:
     pg_rep = rep.get("postgres", {})
     lines = [
@@ -465,8 +369,13 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"process CPU incl. the writer thread, minus the same task loop without it): "
         f"**{c['ledger_cpu_ms_per_request']} ms** (target <= {c['target_ms']} ms); "
         f"achieved {c['with_ledger']['achieved_rps']} req/s.",
-        "",
     ]
+    lines += [
+        f"- at {r['rate_rps']:.0f} req/s: {r['ledger_cpu_ms_per_request']} ms "
+        f"(achieved {r['with_ledger']['achieved_rps']} req/s)"
+        for r in c.get("by_rate", [])[1:]
+    ]
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -488,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cpu_only:
         with tempfile.TemporaryDirectory(prefix="sy-ledger-cpu-") as tmp:
-            print(json.dumps(bench_cpu(Path(tmp)), indent=2))
+            print(json.dumps(bench_rates(Path(tmp)), indent=2))
         return 0
     started = datetime.now(UTC)
     end = time.time()
@@ -508,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.report_rows:
             report["reports"] = bench_reports(args.report_rows, None if args.no_pg else args.pg, work, end)
         print("CPU per request", file=sys.stderr)
-        report["cpu"] = bench_cpu(work)
+        report["cpu"] = bench_rates(work)
     stem = args.out / f"ledger-bench-{started.strftime('%Y%m%dT%H%M%SZ')}"
     md = render_markdown(report)
     save_report(stem, report, md)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from gateway.ledger.report import spend
-from gateway.ledger.schema import SCHEMA_VERSION, SQLITE_MIGRATIONS, TABLE
+from gateway.ledger.schema import ROLLUP_MARK, SCHEMA_VERSION, SQLITE_MIGRATIONS, TABLE
 from gateway.ledger.sqlite import money_e10, read_rows
-from gateway.ledger.store import SQLiteLedger
+from gateway.ledger.store import INLINE_GAP_S, ROLL_INTERVAL_S, SQLiteLedger
 from tests.test_ledger_store import count, make_row, reader
 
 
@@ -52,7 +52,9 @@ async def test_group_commit_uses_few_transactions(tmp_path: Path) -> None:
 
 
 async def test_a_failing_disk_releases_waiters_after_wait_timeout(tmp_path: Path) -> None:
-    led = SQLiteLedger(tmp_path / "ledger.db", wait_timeout=0.3)
+    # The writer's path (the failure is injected there; an in-place commit on a failing disk
+    # falls back to it: test_a_held_write_lock_...).
+    led = SQLiteLedger(tmp_path / "ledger.db", wait_timeout=0.3, inline_commits=False)
     led.start()
     broken = {"on": True}
     real_insert = led._insert
@@ -71,6 +73,77 @@ async def test_a_failing_disk_releases_waiters_after_wait_timeout(tmp_path: Path
         broken["on"] = False  # the writer kept the row and retries it
         assert await asyncio.to_thread(led.flush, 10)
         assert count(led.path) == 1 and led.healthy()
+    finally:
+        led.close()
+
+
+async def test_a_quiet_submit_commits_in_place_and_a_busy_one_goes_to_the_writer(tmp_path: Path) -> None:
+    # A 30 s linger: a row the writer took would still be committed at once (a waiter).
+    led = SQLiteLedger(tmp_path / "ledger.db", flush_interval=30.0)
+    led.start()
+    try:
+        await asyncio.sleep(INLINE_GAP_S * 2)
+        first = led.submit(make_row(1))
+        assert first.done() and first.result() is True  # committed before submit returned
+        assert count(led.path) == 1 and led.inline_commits == 1  # visible to another connection
+        second = led.submit(make_row(2))  # right after the first: the writer's group commit
+        assert not second.done()
+        assert await asyncio.wait_for(second, 5) is True
+        assert count(led.path) == 2 and led.inline_commits == 1
+        await asyncio.sleep(INLINE_GAP_S * 2)
+        assert await led.submit(make_row(2)) is True  # the same request id again: stored once
+        assert count(led.path) == 2 and led.inline_commits == 2
+        led.write(make_row(3))  # fire and forget: queued, the writer lingers (30 s)
+        await asyncio.sleep(INLINE_GAP_S * 2)
+        behind = led.submit(make_row(4))  # the writer has rows: it takes this one too, at once
+        assert not behind.done()
+        assert await asyncio.wait_for(behind, 5) is True
+        assert count(led.path) == 4 and led.inline_commits == 2
+    finally:
+        led.close()
+
+
+async def test_a_held_write_lock_sends_the_row_to_the_writer_without_blocking(tmp_path: Path) -> None:
+    led = SQLiteLedger(tmp_path / "ledger.db")
+    led.start()
+    other = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another process's write transaction
+        await asyncio.sleep(INLINE_GAP_S * 2)
+        started = time.perf_counter()
+        fut = led.submit(make_row(1))
+        assert time.perf_counter() - started < 0.05  # no lock wait on the event loop
+        assert not fut.done() and led.inline_commits == 0
+        await asyncio.sleep(0.3)
+        assert not fut.done()  # the writer waits for the lock
+        other.execute("COMMIT")
+        assert await asyncio.wait_for(fut, 10) is True
+        assert count(led.path) == 1 and led.inline_commits == 0
+    finally:
+        other.close()
+        led.close()
+
+
+async def test_rows_committed_in_place_are_rolled_up_without_a_flush(tmp_path: Path) -> None:
+    led = SQLiteLedger(tmp_path / "ledger.db")
+    led.start()
+    try:
+        await asyncio.sleep(ROLL_INTERVAL_S * 3)  # past the roll a starting writer makes anyway
+        for i in range(5):
+            await asyncio.sleep(INLINE_GAP_S * 2)
+            assert await led.submit(make_row(i)) is True
+        assert led.inline_commits == 5
+
+        def through() -> int:
+            with reader(led.path) as conn:
+                return int(conn.execute(f"SELECT through FROM {ROLLUP_MARK}").fetchone()[0])
+
+        deadline = time.monotonic() + ROLL_INTERVAL_S * 20
+        while through() < 5 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert through() == 5  # the writer rolled the rows it never committed itself
+        (line,) = spend(led.path, "tenant", None)
+        assert line.requests == 5
     finally:
         led.close()
 

@@ -9,6 +9,10 @@ out, so a client that saw a complete response has its row even if the process is
 right after. The writer resolves the futures of a batch with one ``call_soon_threadsafe`` per
 event loop. Without waiting submitters it lingers up to ``flush_interval`` seconds to let a
 batch fill; a submitted row is committed at once (rows arriving meanwhile form the next batch).
+At low rates (no other row submitted for ``INLINE_GAP_S``, nothing queued) ``submit()`` commits
+the row itself on its own connection, which never waits for a lock (busy: the row goes to the
+writer instead), and returns a resolved future: the same durability without the thread round
+trip, which at 300 req/s cost more CPU than the commit itself.
 ``flush()`` places a marker in the same FIFO queue and waits until the writer has committed
 (and rolled up) everything in front of it. ``INSERT ... ON CONFLICT (request_id) DO NOTHING``
 makes a replayed row harmless. Rows are committed alone; the writer adds them to the hourly and
@@ -73,6 +77,12 @@ Waiter = tuple[LedgerRow, "asyncio.Future[bool]"]
 log = logging.getLogger(__name__)
 ROLL_ROWS = 512  # roll up once this many rows wait (a few ms of work in the writer thread)
 ROLL_INTERVAL_S = 0.25  # ... or once rows have waited this long
+# A submitted row is committed right away on the caller's thread (``_commit_inline``) when no
+# other row was submitted for this long, nothing is queued and the writer is not committing:
+# at low rates a commit per row is what the writer would do anyway, and doing it in place
+# saves the thread round trip (loop -> writer -> loop: ~100 us of CPU and as much latency per
+# request on a 2-core VM). Busier rows share the writer's group commits.
+INLINE_GAP_S = 0.002
 
 
 def _resolve(futures: list[asyncio.Future[bool]], committed: bool) -> None:
@@ -91,6 +101,15 @@ class _Marker:
         self.done = threading.Event()
 
 
+def _inline_connection(path: Path) -> sqlite3.Connection:
+    """The connection ``submit`` commits rows on in place: it never waits for a lock and never
+    checkpoints."""
+    conn = connect(path, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout = 0")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    return conn
+
+
 class SQLiteLedger:
     """Durable ledger with a batched background writer; see the module docstring."""
 
@@ -106,6 +125,7 @@ class SQLiteLedger:
         wait_timeout: float = 5.0,
         background_checkpoints: bool = True,
         conversation_spans: bool = False,
+        inline_commits: bool = True,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -135,6 +155,12 @@ class SQLiteLedger:
         self._rolled_at = time.monotonic()
         self.roll_errors = 0
         self.phase = "not started"  # what ``start`` is doing (a slow start-up reports it)
+        self._inline_conn: sqlite3.Connection | None = None  # the event loop's (busy_timeout 0)
+        self._inline_gap = INLINE_GAP_S if inline_commits else -1.0
+        self._last_submit = 0.0
+        self._inline_lock = threading.Lock()  # one in-place commit at a time (never waited for)
+        self.inline_commits = 0  # rows committed in place; written by the submitting thread only
+        self._inline_counted = 0  # ... of which the writer has counted as unrolled (its own)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -170,6 +196,8 @@ class SQLiteLedger:
             raise
         self.phase = "started"
         self._conn = conn
+        if self._inline_gap >= 0:
+            self._inline_conn = _inline_connection(self.path)
         if self._background_checkpoints:
             self._checkpointer = Checkpointer(self.path, lambda p: connect(p, check_same_thread=False))
             self._checkpointer.start()
@@ -195,6 +223,9 @@ class SQLiteLedger:
             if thread.is_alive():
                 log.error("ledger writer did not stop within %.1fs", timeout)
                 return  # the thread closes the connection itself when it ends
+        if self._inline_conn is not None:
+            self._inline_conn.close()
+            self._inline_conn = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -210,9 +241,41 @@ class SQLiteLedger:
         the row is committed, or False when it cannot be (dropped, or its batch kept failing
         for ``wait_timeout`` s; the writer keeps retrying). Call it on the event loop."""
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        if not self._enqueue((row, fut), row):
+        now = time.monotonic()
+        quiet = now - self._last_submit >= self._inline_gap >= 0
+        self._last_submit = now
+        if quiet and self._commit_inline(row):
+            fut.set_result(True)
+        elif not self._enqueue((row, fut), row):
             fut.set_result(False)
         return fut
+
+    def _commit_inline(self, row: LedgerRow) -> bool:
+        """Commit ``row`` in place when nothing else is in the way: True when it landed. Any
+        hindrance (the write lock held by the writer, a roll, a checkpoint RESTART or another
+        process; an error) is False at once and the row takes the writer's path, which waits,
+        retries and reports; so this never waits on a lock. ``synchronous = NORMAL``: the commit
+        writes the WAL into the OS cache, no fsync (as the writer's), and the connection never
+        checkpoints (the checkpointer's job)."""
+        conn = self._inline_conn
+        if conn is None or self._closed or self._queue or self._inflight or self._failing:
+            return False
+        if not self._inline_lock.acquire(blocking=False):
+            return False
+        try:
+            with immediate(conn):
+                conn.execute(INSERT_SQL, row_params(row))
+            self.inline_commits += 1  # read by the writer thread for its roll count
+        except (sqlite3.Error, ValueError, TypeError, OverflowError):
+            return False
+        finally:
+            self._inline_lock.release()
+        if self._checkpointer is not None:
+            self._checkpointer.committed()
+        hook = self._committed_hook
+        if hook is not None:
+            hook()
+        return True
 
     def _enqueue(self, item: LedgerRow | Waiter, row: LedgerRow) -> bool:
         try:
@@ -282,7 +345,13 @@ class SQLiteLedger:
     def _run(self) -> None:
         try:
             while True:
-                woke = self._wake.wait(ROLL_INTERVAL_S if self._unrolled else None)
+                idle_wait = ROLL_INTERVAL_S if self._unrolled or self._inline_gap >= 0 else None
+                woke = self._wake.wait(idle_wait)
+                inline = self.inline_commits - self._inline_counted
+                if inline:  # rows committed in place since the last look: roll them too
+                    self._inline_counted += inline
+                    if self._rollups:
+                        self._unrolled += inline
                 if woke:
                     if not self._stopping and len(self._queue) < self._batch_size:
                         self._urgent.wait(self._flush_interval)  # linger: let a batch fill
