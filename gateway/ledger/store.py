@@ -158,7 +158,10 @@ class SQLiteLedger:
         self._inline_conn: sqlite3.Connection | None = None  # the event loop's (busy_timeout 0)
         self._inline_gap = INLINE_GAP_S if inline_commits else -1.0
         self._last_submit = 0.0
-        self._inline_lock = threading.Lock()  # one in-place commit at a time (never waited for)
+        # This process's write lock: the writer holds it around its transactions (waiting for an
+        # in-place commit is microseconds; SQLite's busy handler would sleep 1 ms and more),
+        # ``submit`` only ever tries it (held: the row goes to the writer).
+        self._inline_lock = threading.Lock()
         self.inline_commits = 0  # rows committed in place; written by the submitting thread only
         self._inline_counted = 0  # ... of which the writer has counted as unrolled (its own)
 
@@ -385,7 +388,7 @@ class SQLiteLedger:
             return
         try:
             while True:
-                with immediate(conn):
+                with self._inline_lock, immediate(conn):
                     n = rollup.roll(conn, spans=self.conversation_spans)
                 if n < rollup.ROLL_LIMIT:
                     break
@@ -474,7 +477,7 @@ class SQLiteLedger:
         if conn is None:
             raise sqlite3.OperationalError("ledger connection is closed")
         params = [row_params(r) for r in batch]
-        with immediate(conn):
+        with self._inline_lock, immediate(conn):  # never meets an in-place commit: no busy sleep
             conn.executemany(INSERT_SQL, params)
         if self._rollups:
             self._unrolled += len(params)
