@@ -371,8 +371,11 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"achieved {c['with_ledger']['achieved_rps']} req/s.",
     ]
     lines += [
-        f"- at {r['rate_rps']:.0f} req/s: {r['ledger_cpu_ms_per_request']} ms "
-        f"(achieved {r['with_ledger']['achieved_rps']} req/s)"
+        f"- at {r['rate_rps']:.0f} req/s, "
+        f"{'as shipped' if r['inline_commits'] else 'every row through the writer thread'}: "
+        f"{r['ledger_cpu_ms_per_request']} ms ({r['rows_committed_in_place']:,} of "
+        f"{r['with_ledger']['requests']:,} rows committed in place; "
+        f"achieved {r['with_ledger']['achieved_rps']} req/s)"
         for r in c.get("by_rate", [])[1:]
     ]
     lines.append("")

@@ -98,19 +98,23 @@ async def _noop(i: int) -> None:
 
 
 def bench_cpu(
-    workdir: Path, rate: float = 3000.0, seconds: float = 5.0, inflight: int = 64
+    workdir: Path, rate: float = 3000.0, seconds: float = 5.0, inflight: int = 64, *, inline: bool = True
 ) -> dict[str, Any]:
-    """CPU per request of the ledger work minus the same paced task loop doing nothing."""
-    led = SQLiteLedger(workdir / f"cpu-{int(rate)}.db")
+    """CPU per request of the ledger work minus the same paced task loop doing nothing.
+    ``inline=False``: every row through the writer thread (the ledger before in-place commits)."""
+    led = SQLiteLedger(workdir / f"cpu-{int(rate)}-{int(inline)}.db", inline_commits=inline)
     led.start()
     try:
         with_ledger = asyncio.run(_paced(rate, seconds, inflight, _ledger_work(led)))
+        in_place = led.inline_commits
     finally:
         led.close()
     baseline = asyncio.run(_paced(rate, seconds, inflight, _noop))
     added = with_ledger["cpu_ms_per_request"] - baseline["cpu_ms_per_request"]
     return {
         "rate_rps": rate,
+        "inline_commits": inline,
+        "rows_committed_in_place": in_place,
         "with_ledger": with_ledger,
         "task_loop_only": baseline,
         "ledger_cpu_ms_per_request": round(added, 4),
@@ -119,6 +123,7 @@ def bench_cpu(
 
 
 def bench_rates(workdir: Path, rates: tuple[float, ...] = RATES, seconds: float = 5.0) -> dict[str, Any]:
-    """``bench_cpu`` at each rate; the first rate's figures at the top level (the target's)."""
-    runs = [bench_cpu(workdir, rate, seconds) for rate in rates]
+    """``bench_cpu`` at each rate, as shipped and with every row through the writer thread, in
+    turn; the first rate's shipped figures at the top level (the target's)."""
+    runs = [bench_cpu(workdir, rate, seconds, inline=inline) for rate in rates for inline in (True, False)]
     return {**runs[0], "by_rate": runs}

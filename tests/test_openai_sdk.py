@@ -7,6 +7,7 @@ classes, headers through ``with_raw_response``.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,21 @@ def test_chat_non_streaming(client: openai.OpenAI, mock: MockUpstream) -> None:
     assert resp.usage is not None and resp.usage.completion_tokens == 8 and resp.usage.prompt_tokens == 1
     sent = chat_requests(mock)
     assert len(sent) == 1 and sent[0]["body"]["model"] == "mock-small"
+
+
+def test_quiet_requests_have_their_rows_committed_in_place(gateway: RunningGateway) -> None:
+    """At a quiet moment the ledger row a response waits for is committed by the request's own
+    thread (no writer round trip): plain and streamed alike, and the rows are all there."""
+    ledger = gateway.app_state.services.ledger
+    before = ledger.inline_commits
+    with client_for(gateway) as client:
+        for i in range(3):
+            time.sleep(0.01)
+            client.chat.completions.create(model="auto", messages=[{"role": "user", "content": f"quiet {i}"}])
+            time.sleep(0.01)
+            collect_stream(client.chat.completions.create(model="auto", messages=HELLO, stream=True))
+    assert ledger.inline_commits - before == 6
+    assert len(gateway.ledger_rows()) == 6
 
 
 async def test_async_chat_and_stream(gateway: RunningGateway) -> None:
