@@ -9,7 +9,7 @@ out, so a client that saw a complete response has its row even if the process is
 right after. The writer resolves the futures of a batch with one ``call_soon_threadsafe`` per
 event loop. Without waiting submitters it lingers up to ``flush_interval`` seconds to let a
 batch fill; a submitted row is committed at once (rows arriving meanwhile form the next batch).
-At low rates (no other row submitted for ``INLINE_GAP_S``, nothing queued) ``submit()`` commits
+At low rates (rows ``INLINE_GAP_S`` apart, this one and on average; nothing queued) ``submit()`` commits
 the row itself on its own connection, which never waits for a lock (busy: the row goes to the
 writer instead), and returns a resolved future: the same durability without the thread round
 trip, which at 300 req/s cost more CPU than the commit itself.
@@ -78,11 +78,13 @@ log = logging.getLogger(__name__)
 ROLL_ROWS = 512  # roll up once this many rows wait (a few ms of work in the writer thread)
 ROLL_INTERVAL_S = 0.25  # ... or once rows have waited this long
 # A submitted row is committed right away on the caller's thread (``_commit_inline``) when no
-# other row was submitted for this long, nothing is queued and the writer is not committing:
+# other row was submitted for this long, nor on average between the recent ones (a moving
+# average), nothing is queued and the writer is not committing:
 # at low rates a commit per row is what the writer would do anyway, and doing it in place
 # saves the thread round trip (loop -> writer -> loop: ~100 us of CPU and as much latency per
 # request on a 2-core VM). Busier rows share the writer's group commits.
 INLINE_GAP_S = 0.002
+GAP_AVG_WEIGHT = 0.125  # the moving average of the gaps between submits: ~the last 8
 
 
 def _resolve(futures: list[asyncio.Future[bool]], committed: bool) -> None:
@@ -158,6 +160,7 @@ class SQLiteLedger:
         self._inline_conn: sqlite3.Connection | None = None  # the event loop's (busy_timeout 0)
         self._inline_gap = INLINE_GAP_S if inline_commits else -1.0
         self._last_submit = 0.0
+        self._gap_avg = 1.0  # moving average of the seconds between submits (a start is quiet)
         # This process's write lock: the writer holds it around its transactions (waiting for an
         # in-place commit is microseconds; SQLite's busy handler would sleep 1 ms and more),
         # ``submit`` only ever tries it (held: the row goes to the writer).
@@ -245,8 +248,12 @@ class SQLiteLedger:
         for ``wait_timeout`` s; the writer keeps retrying). Call it on the event loop."""
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         now = time.monotonic()
-        quiet = now - self._last_submit >= self._inline_gap >= 0
+        gap = min(now - self._last_submit, 1.0)
         self._last_submit = now
+        self._gap_avg += (gap - self._gap_avg) * GAP_AVG_WEIGHT
+        # quiet: this row and the recent ones came INLINE_GAP_S apart (a lull in a busy stream
+        # is not quiet: its rows go on sharing the writer's commits)
+        quiet = gap >= self._inline_gap >= 0 and self._gap_avg >= self._inline_gap
         if quiet and self._commit_inline(row):
             fut.set_result(True)
         elif not self._enqueue((row, fut), row):
