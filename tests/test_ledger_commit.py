@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from gateway.ledger.in_place import GAP_S
 from gateway.ledger.report import spend
 from gateway.ledger.schema import ROLLUP_MARK, SCHEMA_VERSION, SQLITE_MIGRATIONS, TABLE
 from gateway.ledger.sqlite import money_e10, read_rows
-from gateway.ledger.store import INLINE_GAP_S, ROLL_INTERVAL_S, SQLiteLedger
+from gateway.ledger.store import ROLL_INTERVAL_S, SQLiteLedger
 from tests.test_ledger_store import count, make_row, reader
 
 
@@ -82,7 +83,7 @@ async def test_a_quiet_submit_commits_in_place_and_a_busy_one_goes_to_the_writer
     led = SQLiteLedger(tmp_path / "ledger.db", flush_interval=30.0)
     led.start()
     try:
-        await asyncio.sleep(INLINE_GAP_S * 2)
+        await asyncio.sleep(GAP_S * 2)
         first = led.submit(make_row(1))
         assert first.done() and first.result() is True  # committed before submit returned
         assert count(led.path) == 1 and led.inline_commits == 1  # visible to another connection
@@ -90,11 +91,11 @@ async def test_a_quiet_submit_commits_in_place_and_a_busy_one_goes_to_the_writer
         assert not second.done()
         assert await asyncio.wait_for(second, 5) is True
         assert count(led.path) == 2 and led.inline_commits == 1
-        await asyncio.sleep(INLINE_GAP_S * 2)
+        await asyncio.sleep(GAP_S * 2)
         assert await led.submit(make_row(2)) is True  # the same request id again: stored once
         assert count(led.path) == 2 and led.inline_commits == 2
         led.write(make_row(3))  # fire and forget: queued, the writer lingers (30 s)
-        await asyncio.sleep(INLINE_GAP_S * 2)
+        await asyncio.sleep(GAP_S * 2)
         behind = led.submit(make_row(4))  # the writer has rows: it takes this one too, at once
         assert not behind.done()
         assert await asyncio.wait_for(behind, 5) is True
@@ -109,7 +110,7 @@ async def test_a_held_write_lock_sends_the_row_to_the_writer_without_blocking(tm
     other = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")  # another process's write transaction
-        await asyncio.sleep(INLINE_GAP_S * 2)
+        await asyncio.sleep(GAP_S * 2)
         started = time.perf_counter()
         fut = led.submit(make_row(1))
         assert time.perf_counter() - started < 0.05  # no lock wait on the event loop
@@ -130,7 +131,7 @@ async def test_rows_committed_in_place_are_rolled_up_without_a_flush(tmp_path: P
     try:
         await asyncio.sleep(ROLL_INTERVAL_S * 3)  # past the roll a starting writer makes anyway
         for i in range(5):
-            await asyncio.sleep(INLINE_GAP_S * 2)
+            await asyncio.sleep(GAP_S * 2)
             assert await led.submit(make_row(i)) is True
         assert led.inline_commits >= 3  # a row meeting a roll (the lock held) takes the writer
 

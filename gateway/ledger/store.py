@@ -9,10 +9,9 @@ out, so a client that saw a complete response has its row even if the process is
 right after. The writer resolves the futures of a batch with one ``call_soon_threadsafe`` per
 event loop. Without waiting submitters it lingers up to ``flush_interval`` seconds to let a
 batch fill; a submitted row is committed at once (rows arriving meanwhile form the next batch).
-At low rates (rows ``INLINE_GAP_S`` apart, this one and on average; nothing queued) ``submit()`` commits
-the row itself on its own connection, which never waits for a lock (busy: the row goes to the
-writer instead), and returns a resolved future: the same durability without the thread round
-trip, which at 300 req/s cost more CPU than the commit itself.
+At low rates (rows 2 ms apart, nothing queued) ``submit()`` commits the row itself on a
+connection that never waits for a lock (``in_place.InPlace``) and returns a resolved future:
+the same durability without the thread round trip.
 ``flush()`` places a marker in the same FIFO queue and waits until the writer has committed
 (and rolled up) everything in front of it. ``INSERT ... ON CONFLICT (request_id) DO NOTHING``
 makes a replayed row harmless. Rows are committed alone; the writer adds them to the hourly and
@@ -44,6 +43,7 @@ from typing import Any
 from gateway.core.ledger_row import LedgerRow
 from gateway.ledger import rollup
 from gateway.ledger.checkpoint import Checkpointer, writer_settings
+from gateway.ledger.in_place import InPlace
 from gateway.ledger.query import spent_since
 from gateway.ledger.sqlite import (
     BUSY_TIMEOUT_MS,
@@ -77,14 +77,6 @@ Waiter = tuple[LedgerRow, "asyncio.Future[bool]"]
 log = logging.getLogger(__name__)
 ROLL_ROWS = 512  # roll up once this many rows wait (a few ms of work in the writer thread)
 ROLL_INTERVAL_S = 0.25  # ... or once rows have waited this long
-# A submitted row is committed right away on the caller's thread (``_commit_inline``) when no
-# other row was submitted for this long, nor on average between the recent ones (a moving
-# average), nothing is queued and the writer is not committing:
-# at low rates a commit per row is what the writer would do anyway, and doing it in place
-# saves the thread round trip (loop -> writer -> loop: ~100 us of CPU and as much latency per
-# request on a 2-core VM). Busier rows share the writer's group commits.
-INLINE_GAP_S = 0.002
-GAP_AVG_WEIGHT = 0.125  # the moving average of the gaps between submits: ~the last 8
 
 
 def _resolve(futures: list[asyncio.Future[bool]], committed: bool) -> None:
@@ -101,15 +93,6 @@ class _Marker:
 
     def __init__(self) -> None:
         self.done = threading.Event()
-
-
-def _inline_connection(path: Path) -> sqlite3.Connection:
-    """The connection ``submit`` commits rows on in place: it never waits for a lock and never
-    checkpoints."""
-    conn = connect(path, check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout = 0")
-    conn.execute("PRAGMA wal_autocheckpoint = 0")
-    return conn
 
 
 class SQLiteLedger:
@@ -157,16 +140,8 @@ class SQLiteLedger:
         self._rolled_at = time.monotonic()
         self.roll_errors = 0
         self.phase = "not started"  # what ``start`` is doing (a slow start-up reports it)
-        self._inline_conn: sqlite3.Connection | None = None  # the event loop's (busy_timeout 0)
-        self._inline_gap = INLINE_GAP_S if inline_commits else -1.0
-        self._last_submit = 0.0
-        self._gap_avg = 1.0  # moving average of the seconds between submits (a start is quiet)
-        # This process's write lock: the writer holds it around its transactions (waiting for an
-        # in-place commit is microseconds; SQLite's busy handler would sleep 1 ms and more),
-        # ``submit`` only ever tries it (held: the row goes to the writer).
-        self._inline_lock = threading.Lock()
-        self.inline_commits = 0  # rows committed in place; written by the submitting thread only
-        self._inline_counted = 0  # ... of which the writer has counted as unrolled (its own)
+        self._in_place = InPlace(inline_commits)  # also this process's write lock (``lock``)
+        self._inline_counted = 0  # rows committed in place that the writer counted as unrolled
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -202,8 +177,7 @@ class SQLiteLedger:
             raise
         self.phase = "started"
         self._conn = conn
-        if self._inline_gap >= 0:
-            self._inline_conn = _inline_connection(self.path)
+        self._in_place.open(self.path)
         if self._background_checkpoints:
             self._checkpointer = Checkpointer(self.path, lambda p: connect(p, check_same_thread=False))
             self._checkpointer.start()
@@ -229,9 +203,7 @@ class SQLiteLedger:
             if thread.is_alive():
                 log.error("ledger writer did not stop within %.1fs", timeout)
                 return  # the thread closes the connection itself when it ends
-        if self._inline_conn is not None:
-            self._inline_conn.close()
-            self._inline_conn = None
+        self._in_place.close()
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -247,39 +219,23 @@ class SQLiteLedger:
         the row is committed, or False when it cannot be (dropped, or its batch kept failing
         for ``wait_timeout`` s; the writer keeps retrying). Call it on the event loop."""
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        now = time.monotonic()
-        gap = min(now - self._last_submit, 1.0)
-        self._last_submit = now
-        self._gap_avg += (gap - self._gap_avg) * GAP_AVG_WEIGHT
-        # quiet: this row and the recent ones came INLINE_GAP_S apart (a lull in a busy stream
-        # is not quiet: its rows go on sharing the writer's commits)
-        quiet = gap >= self._inline_gap >= 0 and self._gap_avg >= self._inline_gap
-        if quiet and self._commit_inline(row):
+        if self._in_place.quiet(time.monotonic()) and self._commit_inline(row):
             fut.set_result(True)
         elif not self._enqueue((row, fut), row):
             fut.set_result(False)
         return fut
 
+    @property
+    def inline_commits(self) -> int:
+        """Rows ``submit`` committed in place (tests, benchmarks)."""
+        return self._in_place.commits
+
     def _commit_inline(self, row: LedgerRow) -> bool:
-        """Commit ``row`` in place when nothing else is in the way: True when it landed. Any
-        hindrance (the write lock held by the writer, a roll, a checkpoint RESTART or another
-        process; an error) is False at once and the row takes the writer's path, which waits,
-        retries and reports; so this never waits on a lock. ``synchronous = NORMAL``: the commit
-        writes the WAL into the OS cache, no fsync (as the writer's), and the connection never
-        checkpoints (the checkpointer's job)."""
-        conn = self._inline_conn
-        if conn is None or self._closed or self._queue or self._inflight or self._failing:
+        """Commit ``row`` in place unless the writer has work (then it takes the row too)."""
+        if self._closed or self._queue or self._inflight or self._failing:
             return False
-        if not self._inline_lock.acquire(blocking=False):
+        if not self._in_place.commit(row):
             return False
-        try:
-            with immediate(conn):
-                conn.execute(INSERT_SQL, row_params(row))
-            self.inline_commits += 1  # read by the writer thread for its roll count
-        except (sqlite3.Error, ValueError, TypeError, OverflowError):
-            return False
-        finally:
-            self._inline_lock.release()
         if self._checkpointer is not None:
             self._checkpointer.committed()
         hook = self._committed_hook
@@ -355,7 +311,7 @@ class SQLiteLedger:
     def _run(self) -> None:
         try:
             while True:
-                idle_wait = ROLL_INTERVAL_S if self._unrolled or self._inline_gap >= 0 else None
+                idle_wait = ROLL_INTERVAL_S if self._unrolled or self._in_place.enabled else None
                 woke = self._wake.wait(idle_wait)
                 inline = self.inline_commits - self._inline_counted
                 if inline:  # rows committed in place since the last look: roll them too
@@ -395,7 +351,7 @@ class SQLiteLedger:
             return
         try:
             while True:
-                with self._inline_lock, immediate(conn):
+                with self._in_place.lock, immediate(conn):
                     n = rollup.roll(conn, spans=self.conversation_spans)
                 if n < rollup.ROLL_LIMIT:
                     break
@@ -484,7 +440,7 @@ class SQLiteLedger:
         if conn is None:
             raise sqlite3.OperationalError("ledger connection is closed")
         params = [row_params(r) for r in batch]
-        with self._inline_lock, immediate(conn):  # never meets an in-place commit: no busy sleep
+        with self._in_place.lock, immediate(conn):  # never meets an in-place commit: no busy sleep
             conn.executemany(INSERT_SQL, params)
         if self._rollups:
             self._unrolled += len(params)
