@@ -145,6 +145,14 @@ async def test_rows_committed_in_place_are_rolled_up_without_a_flush(tmp_path: P
         assert through() == 5  # the writer rolled the rows it never committed itself
         (line,) = spend(led.path, "tenant", None)
         assert line.requests == 5
+        await asyncio.sleep(ROLL_INTERVAL_S * 3)
+        assert led._asleep  # idle: the writer waits untimed (no wake-ups) ...
+        await asyncio.sleep(GAP_S * 2)
+        assert await led.submit(make_row(5)) is True
+        deadline = time.monotonic() + ROLL_INTERVAL_S * 20
+        while through() < 6 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert through() == 6  # ... and the next in-place row wakes it to roll up
     finally:
         led.close()
 

@@ -142,6 +142,7 @@ class SQLiteLedger:
         self.phase = "not started"  # what ``start`` is doing (a slow start-up reports it)
         self._in_place = InPlace(inline_commits)  # also this process's write lock (``lock``)
         self._inline_counted = 0  # rows committed in place that the writer counted as unrolled
+        self._asleep = False  # the writer waits without a timeout: an in-place commit wakes it
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -236,6 +237,9 @@ class SQLiteLedger:
             return False
         if not self._in_place.commit(row):
             return False
+        if self._asleep:  # the first in place since the writer went idle: it rolls them up
+            self._asleep = False
+            self._wake.set()
         if self._checkpointer is not None:
             self._checkpointer.committed()
         hook = self._committed_hook
@@ -311,8 +315,8 @@ class SQLiteLedger:
     def _run(self) -> None:
         try:
             while True:
-                idle_wait = ROLL_INTERVAL_S if self._unrolled or self._in_place.enabled else None
-                woke = self._wake.wait(idle_wait)
+                woke = self._wake.wait(self._idle_wait())
+                self._asleep = False
                 inline = self.inline_commits - self._inline_counted
                 if inline:  # rows committed in place since the last look: roll them too
                     self._inline_counted += inline
@@ -339,6 +343,18 @@ class SQLiteLedger:
             if self._closed and self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+    def _idle_wait(self) -> float | None:
+        """How long the writer may wait for a write: until the next roll-up while rows are
+        unrolled or in-place rows came since its last look, else until woken (an idle ledger
+        costs no wake-ups; ``_commit_inline`` wakes it on the next in-place row)."""
+        if self._unrolled or self.inline_commits != self._inline_counted:
+            return ROLL_INTERVAL_S
+        self._asleep = True
+        if self.inline_commits != self._inline_counted:  # one came meanwhile: do not sleep on it
+            self._asleep = False
+            return ROLL_INTERVAL_S
+        return None
 
     def _roll(self) -> None:
         """Add every committed row after the rollup mark to the rollups (``rollup.roll``), in
