@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from gateway.ledger.in_place import GAP_S
 from gateway.ledger.report import spend
 from gateway.ledger.schema import ROLLUP_MARK, SCHEMA_VERSION, SQLITE_MIGRATIONS, TABLE
 from gateway.ledger.sqlite import money_e10, read_rows
@@ -78,28 +77,42 @@ async def test_a_failing_disk_releases_waiters_after_wait_timeout(tmp_path: Path
         led.close()
 
 
-async def test_a_quiet_submit_commits_in_place_and_a_busy_one_goes_to_the_writer(tmp_path: Path) -> None:
+async def test_rows_of_one_loop_turn_are_committed_together_on_the_loop(tmp_path: Path) -> None:
     # A 30 s linger: a row the writer took would still be committed at once (a waiter).
     led = SQLiteLedger(tmp_path / "ledger.db", flush_interval=30.0)
     led.start()
     try:
-        await asyncio.sleep(GAP_S * 2)
         first = led.submit(make_row(1))
-        assert first.done() and first.result() is True  # committed before submit returned
-        assert count(led.path) == 1 and led.inline_commits == 1  # visible to another connection
-        second = led.submit(make_row(2))  # right after the first: the writer's group commit
-        assert not second.done()
-        assert await asyncio.wait_for(second, 5) is True
-        assert count(led.path) == 2 and led.inline_commits == 1
-        await asyncio.sleep(GAP_S * 2)
+        second = led.submit(make_row(2))  # the same turn of the loop: the same transaction
+        assert not first.done() and count(led.path) == 0  # committed at the end of the turn
+        await asyncio.sleep(0)
+        assert first.done() and second.done() and first.result() is True and second.result() is True
+        assert count(led.path) == 2 and led.inline_commits == 2  # visible to another connection
         assert await led.submit(make_row(2)) is True  # the same request id again: stored once
-        assert count(led.path) == 2 and led.inline_commits == 2
+        assert count(led.path) == 2 and led.inline_commits == 3
         led.write(make_row(3))  # fire and forget: queued, the writer lingers (30 s)
-        await asyncio.sleep(GAP_S * 2)
         behind = led.submit(make_row(4))  # the writer has rows: it takes this one too, at once
+        await asyncio.sleep(0)
         assert not behind.done()
         assert await asyncio.wait_for(behind, 5) is True
-        assert count(led.path) == 4 and led.inline_commits == 2
+        assert count(led.path) == 4 and led.inline_commits == 3
+    finally:
+        led.close()
+
+
+async def test_a_flush_or_close_takes_rows_waiting_for_the_loop(tmp_path: Path) -> None:
+    led = SQLiteLedger(tmp_path / "ledger.db")
+    led.start()
+    try:
+        fut = led.submit(make_row(1))
+        assert led.pending() == 1
+        assert led.flush(5)  # on the loop's own thread: the row goes to the writer
+        assert count(led.path) == 1
+        assert await asyncio.wait_for(fut, 5) is True
+        late = led.submit(make_row(2))
+        led.close()  # before the loop's turn ends
+        assert count(led.path) == 2
+        assert await asyncio.wait_for(late, 5) is True
     finally:
         led.close()
 
@@ -110,10 +123,10 @@ async def test_a_held_write_lock_sends_the_row_to_the_writer_without_blocking(tm
     other = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")  # another process's write transaction
-        await asyncio.sleep(GAP_S * 2)
-        started = time.perf_counter()
         fut = led.submit(make_row(1))
-        assert time.perf_counter() - started < 0.05  # no lock wait on the event loop
+        started = time.perf_counter()
+        await asyncio.sleep(0)  # the loop's commit meets the lock: no wait on the event loop
+        assert time.perf_counter() - started < 0.05
         assert not fut.done() and led.inline_commits == 0
         await asyncio.sleep(0.3)
         assert not fut.done()  # the writer waits for the lock
@@ -131,7 +144,7 @@ async def test_rows_committed_in_place_are_rolled_up_without_a_flush(tmp_path: P
     try:
         await asyncio.sleep(ROLL_INTERVAL_S * 3)  # past the roll a starting writer makes anyway
         for i in range(5):
-            await asyncio.sleep(GAP_S * 2)
+            await asyncio.sleep(0.002)
             assert await led.submit(make_row(i)) is True
         assert led.inline_commits >= 3  # a row meeting a roll (the lock held) takes the writer
 
@@ -147,7 +160,6 @@ async def test_rows_committed_in_place_are_rolled_up_without_a_flush(tmp_path: P
         assert line.requests == 5
         await asyncio.sleep(ROLL_INTERVAL_S * 3)
         assert led._asleep  # idle: the writer waits untimed (no wake-ups) ...
-        await asyncio.sleep(GAP_S * 2)
         assert await led.submit(make_row(5)) is True
         deadline = time.monotonic() + ROLL_INTERVAL_S * 20
         while through() < 6 and time.monotonic() < deadline:

@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
 
 from gateway.core.ledger_row import LedgerRow
 from gateway.ledger.sqlite import INSERT_SQL, connect, immediate, row_params
-
-GAP_S: Final = 0.002  # seconds between rows, this one and on average, for a row to go in place
-GAP_AVG_WEIGHT: Final = 0.125  # the moving average of the gaps: ~the last 8
 
 
 class InPlace:
@@ -34,8 +31,6 @@ class InPlace:
         self.lock = threading.Lock()
         self.commits = 0  # rows committed in place; written by the submitting thread only
         self._conn: sqlite3.Connection | None = None
-        self._last = 0.0
-        self._gap_avg = 1.0  # a start is quiet
 
     def open(self, path: Path) -> None:
         if self.enabled and self._conn is None:
@@ -49,24 +44,17 @@ class InPlace:
             self._conn.close()
             self._conn = None
 
-    def quiet(self, now: float) -> bool:
-        """Note a submit at ``now`` (monotonic s); True when its row may go in place (a lull in
-        a busy stream is not quiet: its rows go on sharing the writer's commits)."""
-        gap = min(now - self._last, 1.0)
-        self._last = now
-        self._gap_avg += (gap - self._gap_avg) * GAP_AVG_WEIGHT
-        return self._conn is not None and gap >= GAP_S and self._gap_avg >= GAP_S
-
-    def commit(self, row: LedgerRow) -> bool:
-        """Commit ``row`` now: True when it landed, False at once on anything in the way (the
-        lock held, busy, an error: the caller hands the row to the writer)."""
+    def commit(self, rows: Sequence[LedgerRow]) -> bool:
+        """Commit ``rows`` now, in one transaction: True when they landed, False at once on
+        anything in the way (the lock held, busy, an error: the caller hands them to the
+        writer)."""
         conn = self._conn
         if conn is None or not self.lock.acquire(blocking=False):
             return False
         try:
             with immediate(conn):
-                conn.execute(INSERT_SQL, row_params(row))
-            self.commits += 1
+                conn.executemany(INSERT_SQL, [row_params(row) for row in rows])
+            self.commits += len(rows)
             return True
         except (sqlite3.Error, ValueError, TypeError, OverflowError):
             return False

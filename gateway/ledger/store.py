@@ -143,6 +143,9 @@ class SQLiteLedger:
         self._in_place = InPlace(inline_commits)  # also this process's write lock (``lock``)
         self._inline_counted = 0  # rows committed in place that the writer counted as unrolled
         self._asleep = False  # the writer waits without a timeout: an in-place commit wakes it
+        self._on_loop: deque[Waiter] = deque()  # submitted this turn of the loop, to commit at its end
+        self._on_loop_of: asyncio.AbstractEventLoop | None = None
+        self._on_loop_busy = False  # a commit on the loop is in progress
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -218,26 +221,50 @@ class SQLiteLedger:
     def submit(self, row: LedgerRow) -> asyncio.Future[bool]:
         """Queue ``row`` and return a future (of the running loop) that resolves to True once
         the row is committed, or False when it cannot be (dropped, or its batch kept failing
-        for ``wait_timeout`` s; the writer keeps retrying). Call it on the event loop."""
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        if self._in_place.quiet(time.monotonic()) and self._commit_inline(row):
-            fut.set_result(True)
-        elif not self._enqueue((row, fut), row):
+        for ``wait_timeout`` s; the writer keeps retrying). Call it on the event loop.
+        While the writer has nothing to do, the rows submitted in one turn of the loop are
+        committed together on the loop at the end of that turn (``_commit_on_loop``)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        if self._in_place.enabled and not (self._closed or self._queue or self._inflight or self._failing):
+            on_loop = self._on_loop
+            if not on_loop:
+                self._on_loop_of = loop
+                loop.call_soon(self._commit_on_loop)
+            if self._on_loop_of is loop:
+                on_loop.append((row, fut))
+                return fut
+        if not self._enqueue((row, fut), row):
             fut.set_result(False)
         return fut
 
     @property
     def inline_commits(self) -> int:
-        """Rows ``submit`` committed in place (tests, benchmarks)."""
+        """Rows committed on the loop (tests, benchmarks)."""
         return self._in_place.commits
 
-    def _commit_inline(self, row: LedgerRow) -> bool:
-        """Commit ``row`` in place unless the writer has work (then it takes the row too)."""
-        if self._closed or self._queue or self._inflight or self._failing:
-            return False
-        if not self._in_place.commit(row):
-            return False
-        if self._asleep:  # the first in place since the writer went idle: it rolls them up
+    def _commit_on_loop(self) -> None:
+        """Commit the rows this turn of the loop submitted, in one transaction on the loop's
+        thread; anything in the way (the lock held, busy, an error) hands them to the writer."""
+        items: list[Waiter] = []
+        on_loop = self._on_loop
+        self._on_loop_busy = True
+        try:
+            while on_loop:  # popleft: a flush() in another thread may take them too
+                items.append(on_loop.popleft())
+            if not items:
+                return
+            if self._closed or not self._in_place.commit([row for row, _ in items]):
+                for item in items:
+                    if not self._enqueue(item, item[0]):
+                        item[1].set_result(False)
+                return
+        finally:
+            self._on_loop_busy = False
+        for _, fut in items:
+            if not fut.done():  # cancelled: its request is gone; the row is committed anyway
+                fut.set_result(True)
+        if self._asleep:  # the first on the loop since the writer went idle: it rolls them up
             self._asleep = False
             self._wake.set()
         if self._checkpointer is not None:
@@ -245,7 +272,21 @@ class SQLiteLedger:
         hook = self._committed_hook
         if hook is not None:
             hook()
-        return True
+
+    def _hand_over_loop_rows(self, timeout: float) -> None:
+        """Move rows waiting for the loop's commit to the writer's queue and wait out a
+        commit on the loop in progress (``flush`` and ``close``: nothing submitted is missed)."""
+        on_loop = self._on_loop
+        while on_loop:
+            try:
+                item = on_loop.popleft()
+            except IndexError:
+                break
+            if not self._enqueue(item, item[0]):
+                self._release([item[1]], False)
+        deadline = time.monotonic() + timeout
+        while self._on_loop_busy and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     def _enqueue(self, item: LedgerRow | Waiter, row: LedgerRow) -> bool:
         try:
@@ -274,6 +315,7 @@ class SQLiteLedger:
         thread = self._thread
         if thread is None or not thread.is_alive() or self._stopping:
             return self.pending() == 0
+        self._hand_over_loop_rows(timeout)
         marker = _Marker()
         self._queue.append(marker)
         self._wake.set()
@@ -283,7 +325,7 @@ class SQLiteLedger:
     def pending(self) -> int:
         """Rows queued or in a transaction not yet committed (flush markers excluded)."""
         queued = sum(1 for item in tuple(self._queue) if not isinstance(item, _Marker))
-        return queued + self._inflight
+        return queued + self._inflight + len(self._on_loop) + self._on_loop_busy
 
     def outbox_rows(self) -> int:
         """Rows committed locally but not yet in the central store (0: this is the store)."""
@@ -347,7 +389,7 @@ class SQLiteLedger:
     def _idle_wait(self) -> float | None:
         """How long the writer may wait for a write: until the next roll-up while rows are
         unrolled or in-place rows came since its last look, else until woken (an idle ledger
-        costs no wake-ups; ``_commit_inline`` wakes it on the next in-place row)."""
+        costs no wake-ups; ``_commit_on_loop`` wakes it on the next rows committed there)."""
         if self._unrolled or self.inline_commits != self._inline_counted:
             return ROLL_INTERVAL_S
         self._asleep = True
