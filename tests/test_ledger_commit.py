@@ -100,6 +100,17 @@ async def test_rows_of_one_loop_turn_are_committed_together_on_the_loop(tmp_path
         led.close()
 
 
+async def test_one_loop_turn_commits_at_most_a_batch_on_the_loop(tmp_path: Path) -> None:
+    led = SQLiteLedger(tmp_path / "ledger.db", batch_size=2)
+    led.start()
+    try:
+        futs = [led.submit(make_row(i)) for i in range(3)]  # the third: the writer's
+        assert await asyncio.wait_for(asyncio.gather(*futs), 5) == [True, True, True]
+        assert count(led.path) == 3 and led.inline_commits == 2
+    finally:
+        led.close()
+
+
 async def test_a_flush_or_close_takes_rows_waiting_for_the_loop(tmp_path: Path) -> None:
     led = SQLiteLedger(tmp_path / "ledger.db")
     led.start()

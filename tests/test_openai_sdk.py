@@ -83,9 +83,9 @@ def test_chat_non_streaming(client: openai.OpenAI, mock: MockUpstream) -> None:
     assert len(sent) == 1 and sent[0]["body"]["model"] == "mock-small"
 
 
-def test_quiet_requests_have_their_rows_committed_in_place(gateway: RunningGateway) -> None:
-    """At a quiet moment the ledger row a response waits for is committed by the request's own
-    thread (no writer round trip): plain and streamed alike, and the rows are all there."""
+def test_requests_have_their_rows_committed_on_the_loop(gateway: RunningGateway) -> None:
+    """While the writer idles, the ledger row a response waits for is committed on the event
+    loop (no writer round trip): plain and streamed alike, and the rows are all there."""
     ledger = gateway.app_state.services.ledger
     before = ledger.inline_commits
     with client_for(gateway) as client:

@@ -1,15 +1,15 @@
-"""In-place commits for the SQLite ledger's quiet moments.
+"""Commits on the event loop for the SQLite ledger while its writer thread is idle.
 
-At low rates nearly every ledger row is a commit of its own, and handing it to the writer
-thread costs a loop -> writer -> loop round trip (~100 us of CPU and as much latency per
-request on a 2-core VM) on top of the commit. ``InPlace`` lets ``SQLiteLedger.submit`` commit
-such a row itself: when it and the recent rows (a moving average of the gaps) came at least
-``GAP_S`` apart. Its connection never waits for a lock (``busy_timeout = 0``: a held lock, a
-roll, a RESTART checkpoint or another process's transaction sends the row to the writer, which
-waits and retries) and never checkpoints (``wal_autocheckpoint = 0``: the checkpointer's job).
-``lock`` is this process's write lock: the writer holds it around its own transactions, so it
-never meets an in-place commit in SQLite's busy handler (which sleeps 1 ms and more); an
-in-place commit only ever tries it."""
+Handing a row to the writer thread costs a loop -> writer -> loop round trip (~100 us of CPU
+and as much latency per commit on a 2-core VM) on top of the commit, and rows handed over one
+by one (an open-loop stream, a row every 0.3-3 ms) each pay it and a commit of their own.
+``InPlace`` commits the rows one turn of the loop submitted (``SQLiteLedger._commit_on_loop``)
+in one transaction on the loop's thread. Its connection never waits for a lock
+(``busy_timeout = 0``: a held lock, a roll, a RESTART checkpoint or another process's
+transaction hands the rows to the writer, which waits and retries) and never checkpoints
+(``wal_autocheckpoint = 0``: the checkpointer's job). ``lock`` is this process's write lock:
+the writer holds it around its own transactions, so it never meets a commit on the loop in
+SQLite's busy handler (which sleeps 1 ms and more); a commit on the loop only ever tries it."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from gateway.ledger.sqlite import INSERT_SQL, connect, immediate, row_params
 
 
 class InPlace:
-    """The connection, lock and rate estimate of in-place commits; ``enabled=False``: never
-    (the lock still serialises the writer's transactions, uncontended)."""
+    """The connection and lock of commits on the loop; ``enabled=False``: never (the lock
+    still serialises the writer's transactions, uncontended)."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled

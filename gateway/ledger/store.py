@@ -9,9 +9,11 @@ out, so a client that saw a complete response has its row even if the process is
 right after. The writer resolves the futures of a batch with one ``call_soon_threadsafe`` per
 event loop. Without waiting submitters it lingers up to ``flush_interval`` seconds to let a
 batch fill; a submitted row is committed at once (rows arriving meanwhile form the next batch).
-At low rates (rows 2 ms apart, nothing queued) ``submit()`` commits the row itself on a
-connection that never waits for a lock (``in_place.InPlace``) and returns a resolved future:
-the same durability without the thread round trip.
+While the writer has nothing queued or in hand, ``submit()`` does not wake it: the rows that
+one turn of the event loop submits are committed together at the end of that turn, on the
+loop, on a connection that never waits for a lock (``in_place.InPlace``; anything in the way
+hands them to the writer): the same durability without a loop -> thread -> loop round trip
+per commit, and rows that finish together share a commit.
 ``flush()`` places a marker in the same FIFO queue and waits until the writer has committed
 (and rolled up) everything in front of it. ``INSERT ... ON CONFLICT (request_id) DO NOTHING``
 makes a replayed row harmless. Rows are committed alone; the writer adds them to the hourly and
@@ -231,7 +233,7 @@ class SQLiteLedger:
             if not on_loop:
                 self._on_loop_of = loop
                 loop.call_soon(self._commit_on_loop)
-            if self._on_loop_of is loop:
+            if self._on_loop_of is loop and len(on_loop) < self._batch_size:
                 on_loop.append((row, fut))
                 return fut
         if not self._enqueue((row, fut), row):
