@@ -13,24 +13,101 @@ SQLite's busy handler (which sleeps 1 ms and more); a commit on the loop only ev
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
-from collections.abc import Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gateway.core.ledger_row import LedgerRow
 from gateway.ledger.sqlite import INSERT_SQL, connect, immediate, row_params
 
+Waiter = tuple[LedgerRow, "asyncio.Future[bool]"]
+
 
 class InPlace:
-    """The connection and lock of commits on the loop; ``enabled=False``: never (the lock
-    still serialises the writer's transactions, uncontended)."""
+    """The rows waiting for their loop turn's end, the connection and the lock of commits on
+    the loop; ``enabled=False``: never (the lock still serialises the writer's transactions,
+    uncontended). ``to_writer(waiter)`` hands a row over (False: refused, closed);
+    ``committed()`` runs after each commit on the loop."""
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        enabled: bool,
+        batch_size: int,
+        to_writer: Callable[[Waiter], bool],
+        committed: Callable[[], None],
+    ) -> None:
         self.enabled = enabled
         self.lock = threading.Lock()
-        self.commits = 0  # rows committed in place; written by the submitting thread only
+        self.commits = 0  # rows committed on the loop; written by the loop's thread only
+        self.closed = False
         self._conn: sqlite3.Connection | None = None
+        self._batch_size = batch_size
+        self._to_writer = to_writer
+        self._committed = committed
+        self._rows: deque[Waiter] = deque()  # submitted this turn of the loop, to commit at its end
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._busy = False  # a commit on the loop is in progress
+
+    def waiting(self) -> int:
+        """Rows submitted and not committed here yet (a commit in progress counts one)."""
+        return len(self._rows) + self._busy
+
+    def take(self, waiter: Waiter, loop: asyncio.AbstractEventLoop) -> bool:
+        """Keep ``waiter`` for the end of this turn of ``loop`` (the first of a turn schedules
+        the commit); False: not here (another loop's turn is pending, or a batch is full)."""
+        rows = self._rows
+        if not rows:
+            self._loop = loop
+            loop.call_soon(self.end_of_turn)
+        if self._loop is not loop or len(rows) >= self._batch_size:
+            return False
+        rows.append(waiter)
+        return True
+
+    def end_of_turn(self) -> None:
+        """Commit the rows this turn of the loop submitted, in one transaction on the loop's
+        thread; anything in the way (the lock held, busy, an error) hands them to the writer."""
+        items: list[Waiter] = []
+        rows = self._rows
+        self._busy = True
+        try:
+            while rows:  # popleft: a flush() in another thread may take them too
+                items.append(rows.popleft())
+            if not items:
+                return
+            if self.closed or not self.commit([row for row, _ in items]):
+                for item in items:
+                    if not self._to_writer(item):
+                        item[1].set_result(False)
+                return
+        finally:
+            self._busy = False
+        for _, fut in items:
+            if not fut.done():  # cancelled: its request is gone; the row is committed anyway
+                fut.set_result(True)
+        self._committed()
+
+    def hand_over(self, timeout: float) -> list[Waiter]:
+        """Hand the rows waiting for their turn's end to the writer and wait out a commit on
+        the loop in progress (``flush`` and ``close``: nothing submitted is missed); returns
+        those the writer refused (to be released False)."""
+        refused: list[Waiter] = []
+        rows = self._rows
+        while rows:
+            try:
+                item = rows.popleft()
+            except IndexError:
+                break
+            if not self._to_writer(item):
+                refused.append(item)
+        deadline = time.monotonic() + timeout
+        while self._busy and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return refused
 
     def open(self, path: Path) -> None:
         if self.enabled and self._conn is None:

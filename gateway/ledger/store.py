@@ -45,7 +45,7 @@ from typing import Any
 from gateway.core.ledger_row import LedgerRow
 from gateway.ledger import rollup
 from gateway.ledger.checkpoint import Checkpointer, writer_settings
-from gateway.ledger.in_place import InPlace
+from gateway.ledger.in_place import InPlace, Waiter
 from gateway.ledger.query import spent_since
 from gateway.ledger.sqlite import (
     BUSY_TIMEOUT_MS,
@@ -74,7 +74,6 @@ __all__ = [
     "row_from_db",
 ]
 
-Waiter = tuple[LedgerRow, "asyncio.Future[bool]"]
 
 log = logging.getLogger(__name__)
 ROLL_ROWS = 512  # roll up once this many rows wait (a few ms of work in the writer thread)
@@ -142,12 +141,10 @@ class SQLiteLedger:
         self._rolled_at = time.monotonic()
         self.roll_errors = 0
         self.phase = "not started"  # what ``start`` is doing (a slow start-up reports it)
-        self._in_place = InPlace(inline_commits)  # also this process's write lock (``lock``)
+        # commits on the loop; also this process's write lock (``lock``)
+        self._in_place = InPlace(inline_commits, batch_size, self._to_writer, self._committed_on_loop)
         self._inline_counted = 0  # rows committed in place that the writer counted as unrolled
         self._asleep = False  # the writer waits without a timeout: an in-place commit wakes it
-        self._on_loop: deque[Waiter] = deque()  # submitted this turn of the loop, to commit at its end
-        self._on_loop_of: asyncio.AbstractEventLoop | None = None
-        self._on_loop_busy = False  # a commit on the loop is in progress
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -198,6 +195,7 @@ class SQLiteLedger:
         if self._thread is not None and not self.flush(timeout):
             log.error("ledger close: %d rows still pending after %.1fs", self.pending(), timeout)
         self._closed = True
+        self._in_place.closed = True
         self._stopping = True
         self._wake.set()
         self._urgent.set()
@@ -225,17 +223,15 @@ class SQLiteLedger:
         the row is committed, or False when it cannot be (dropped, or its batch kept failing
         for ``wait_timeout`` s; the writer keeps retrying). Call it on the event loop.
         While the writer has nothing to do, the rows submitted in one turn of the loop are
-        committed together on the loop at the end of that turn (``_commit_on_loop``)."""
+        committed together on the loop at the end of that turn (``InPlace.end_of_turn``)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
-        if self._in_place.enabled and not (self._closed or self._queue or self._inflight or self._failing):
-            on_loop = self._on_loop
-            if not on_loop:
-                self._on_loop_of = loop
-                loop.call_soon(self._commit_on_loop)
-            if self._on_loop_of is loop and len(on_loop) < self._batch_size:
-                on_loop.append((row, fut))
-                return fut
+        if (
+            self._in_place.enabled
+            and not (self._closed or self._queue or self._inflight or self._failing)
+            and self._in_place.take((row, fut), loop)
+        ):
+            return fut
         if not self._enqueue((row, fut), row):
             fut.set_result(False)
         return fut
@@ -245,27 +241,8 @@ class SQLiteLedger:
         """Rows committed on the loop (tests, benchmarks)."""
         return self._in_place.commits
 
-    def _commit_on_loop(self) -> None:
-        """Commit the rows this turn of the loop submitted, in one transaction on the loop's
-        thread; anything in the way (the lock held, busy, an error) hands them to the writer."""
-        items: list[Waiter] = []
-        on_loop = self._on_loop
-        self._on_loop_busy = True
-        try:
-            while on_loop:  # popleft: a flush() in another thread may take them too
-                items.append(on_loop.popleft())
-            if not items:
-                return
-            if self._closed or not self._in_place.commit([row for row, _ in items]):
-                for item in items:
-                    if not self._enqueue(item, item[0]):
-                        item[1].set_result(False)
-                return
-        finally:
-            self._on_loop_busy = False
-        for _, fut in items:
-            if not fut.done():  # cancelled: its request is gone; the row is committed anyway
-                fut.set_result(True)
+    def _committed_on_loop(self) -> None:
+        """After a commit on the loop (``in_place.InPlace.end_of_turn``)."""
         if self._asleep:  # the first on the loop since the writer went idle: it rolls them up
             self._asleep = False
             self._wake.set()
@@ -275,20 +252,8 @@ class SQLiteLedger:
         if hook is not None:
             hook()
 
-    def _hand_over_loop_rows(self, timeout: float) -> None:
-        """Move rows waiting for the loop's commit to the writer's queue and wait out a
-        commit on the loop in progress (``flush`` and ``close``: nothing submitted is missed)."""
-        on_loop = self._on_loop
-        while on_loop:
-            try:
-                item = on_loop.popleft()
-            except IndexError:
-                break
-            if not self._enqueue(item, item[0]):
-                self._release([item[1]], False)
-        deadline = time.monotonic() + timeout
-        while self._on_loop_busy and time.monotonic() < deadline:
-            time.sleep(0.001)
+    def _to_writer(self, waiter: Waiter) -> bool:
+        return self._enqueue(waiter, waiter[0])
 
     def _enqueue(self, item: LedgerRow | Waiter, row: LedgerRow) -> bool:
         try:
@@ -317,7 +282,7 @@ class SQLiteLedger:
         thread = self._thread
         if thread is None or not thread.is_alive() or self._stopping:
             return self.pending() == 0
-        self._hand_over_loop_rows(timeout)
+        self._release([fut for _, fut in self._in_place.hand_over(timeout)], False)
         marker = _Marker()
         self._queue.append(marker)
         self._wake.set()
@@ -327,7 +292,7 @@ class SQLiteLedger:
     def pending(self) -> int:
         """Rows queued or in a transaction not yet committed (flush markers excluded)."""
         queued = sum(1 for item in tuple(self._queue) if not isinstance(item, _Marker))
-        return queued + self._inflight + len(self._on_loop) + self._on_loop_busy
+        return queued + self._inflight + self._in_place.waiting()
 
     def outbox_rows(self) -> int:
         """Rows committed locally but not yet in the central store (0: this is the store)."""
@@ -391,7 +356,7 @@ class SQLiteLedger:
     def _idle_wait(self) -> float | None:
         """How long the writer may wait for a write: until the next roll-up while rows are
         unrolled or in-place rows came since its last look, else until woken (an idle ledger
-        costs no wake-ups; ``_commit_on_loop`` wakes it on the next rows committed there)."""
+        costs no wake-ups; ``_committed_on_loop`` wakes it on the next rows committed there)."""
         if self._unrolled or self.inline_commits != self._inline_counted:
             return ROLL_INTERVAL_S
         self._asleep = True
