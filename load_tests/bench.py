@@ -58,6 +58,9 @@ class Scenario:
 
 SCENARIOS = (
     Scenario("nonstream_open_300", "non-streaming, open loop 300 req/s", rps=300),
+    # between the quiet rate and saturation: rows too close for a commit each, too far apart
+    # for the writer's group commits to fill (the ledger's commits on the loop pay here)
+    Scenario("nonstream_open_1000", "non-streaming, open loop 1,000 req/s", rps=1000),
     Scenario("stream_open_100", "streaming, open loop 100 req/s", stream=True, rps=100),
     Scenario("closed_32_miss", "closed loop 32 clients, cache misses", concurrency=32, temperature=0.0),
     Scenario(

@@ -28,6 +28,8 @@ class Check:
 SCENARIO_CHECKS = (
     Check("nonstream_open_300", "latency p50", "latency_p50_ms", "added", 1.0),
     Check("nonstream_open_300", "latency p99", "latency_p99_ms", "added", 3.0),
+    Check("nonstream_open_1000", "latency p50", "latency_p50_ms", "added", None),
+    Check("nonstream_open_1000", "latency p99", "latency_p99_ms", "added", None),
     Check("stream_open_100", "TTFT p50", "ttft_p50_ms", "added", 1.0),
     Check("stream_open_100", "TTFT p99", "ttft_p99_ms", "added", None),
     Check("closed_32_miss", "throughput", "rps", "rps", 3000.0),
@@ -35,6 +37,7 @@ SCENARIO_CHECKS = (
     Check("closed_32_miss", "throughput / floor", "rps", "floor", 0.70),
     Check("closed_32_hit", "throughput / floor", "rps", "floor", 0.70),
     Check("nonstream_open_300", "server CPU / request", "cpu_us_per_request", "cpu", None),
+    Check("nonstream_open_1000", "server CPU / request", "cpu_us_per_request", "cpu", None),
     Check("closed_32_miss", "server CPU / request", "cpu_us_per_request", "cpu", None),
     Check("closed_32_hit", "server CPU / request", "cpu_us_per_request", "cpu", None),
 )

@@ -15,6 +15,7 @@ from load_tests.bench import SCENARIOS
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = {
     "nonstream_open_300": ("latency_p50_ms", "latency_p99_ms"),
+    "nonstream_open_1000": ("latency_p50_ms", "latency_p99_ms"),
     "stream_open_100": ("ttft_p50_ms", "ttft_p99_ms"),
     "closed_32_miss": ("rps",),
     "closed_32_hit": ("rps",),
