@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from load_tests.bench import SCENARIOS
+from load_tests.bench_report import SCENARIO_CHECKS
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = {
@@ -50,7 +51,8 @@ def test_bench_quick_reports_every_scenario(tmp_path: Path) -> None:
                 assert isinstance(summary[metric], float | int) and summary[metric] > 0, (name, side, metric)
     assert report["scenarios"]["closed_32_hit"]["gateway"]["header_counts"].get("hit", 0) > 0
     rows = {(r["scenario"], r["metric"]): r for r in report["rows"]}
-    assert len(rows) == len(report["rows"]) == 16 and "| scenario |" in proc.stdout
+    # a row per scenario check, and five memory rows (bench_report.memory_rows)
+    assert len(rows) == len(report["rows"]) == len(SCENARIO_CHECKS) + 5 and "| scenario |" in proc.stdout
     # the pass-through floor ran in the same run, and the gateway's RSS was sampled
     assert rows[("closed_32_miss", "throughput / floor")]["ratio"] > 0
     assert rows[("closed_32_miss", "server CPU / request")]["gateway"] > 0
