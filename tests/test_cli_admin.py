@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cli.admin import register
+from gateway.ledger.report import SAVINGS_COLUMNS, SERIES_COLUMNS
 from gateway.ledger.store import SQLiteLedger
 from gateway.limits.keys import KeyStore
 from tests.test_ledger_store import make_row
@@ -128,6 +129,13 @@ def test_spend_on_an_empty_ledger_is_zero(home: Path, capsys: pytest.CaptureFixt
     assert run("spend", "--json") == 0
     obj = json.loads(capsys.readouterr().out)
     assert obj["lines"] == [] and obj["total"]["requests"] == 0 and obj["total"]["cost_usd"] == "0.0000000000"
+    # an empty report still has its header: a spreadsheet or `csv.DictReader` sees the columns
+    assert run("spend", "--by", "model", "--bucket", "day", "--csv") == 0
+    assert capsys.readouterr().out == ",".join(SERIES_COLUMNS) + "\n"
+    assert run("savings", "--csv") == 0
+    assert capsys.readouterr().out == "cause,bucket,requests,cost_usd,baseline_cost_usd,savings_usd\n"
+    assert run("savings") == 0
+    assert capsys.readouterr().out.split() == list(SAVINGS_COLUMNS)
 
 
 def test_a_mistyped_variable_is_reported(tmp_path: Path) -> None:

@@ -60,7 +60,21 @@ def test_router_score_without_ml_names_the_extra(tmp_path: Path) -> None:
     )
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr
-    assert "needs the ml extra" in r.stderr and "pip install 'switchyard[ml]'" in r.stderr, r.stderr
+    assert "switchyard router score: needs the ml extra" in r.stderr, r.stderr
+    assert "pip install 'switchyard[ml]'" in r.stderr, r.stderr
+
+
+def test_train_without_ml_names_the_train_extra(tmp_path: Path) -> None:
+    """`train` brings `ml` too: a missing numpy under `switchyard train router` names `train`, so
+    the hint that is followed is the one that works (not `ml`, then `train`)."""
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "hi", "weak_correct": 1, "strong_correct": 1}) + "\n")
+    r = without(
+        ML + TRAIN, cli(["train", "router", "--data", str(data), "--out", str(tmp_path / "w.json")]), {}
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "switchyard train router: needs the train extra" in r.stderr, r.stderr
+    assert "pip install 'switchyard[train]'" in r.stderr and not (tmp_path / "w.json").exists()
 
 
 def test_models_build_without_train_names_the_extra(tmp_path: Path) -> None:

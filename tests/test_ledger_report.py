@@ -125,7 +125,7 @@ def test_missing_or_empty_ledger(tmp_path: Path) -> None:
     empty.touch()
     assert spend(empty, "model", 60) == []
     table = format_table([])
-    assert "TOTAL" in table
+    assert "TOTAL" in table and len(table.splitlines()) == 3  # header, one rule, total
     assert to_json([], "model", "24h")["total"]["cost_usd"] == "0.0000000000"
 
 

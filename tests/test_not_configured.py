@@ -56,6 +56,7 @@ def test_openai_sdk_does_not_retry(gw: RunningGateway, mock: MockUpstream) -> No
     assert info.value.status_code == 500 and info.value.code == "provider_not_configured"
     rows = gw.ledger_rows()
     assert [(r["http_status"], r["error_code"]) for r in rows] == [(500, "provider_not_configured")]
+    assert rows[0]["route"] == "orphan"  # `spend --by route` shows which route is misconfigured
     assert mock.requests() == []
 
 
@@ -64,7 +65,8 @@ def test_anthropic_sdk_does_not_retry(gw: RunningGateway, mock: MockUpstream) ->
     with client, pytest.raises(anthropic.InternalServerError) as info:
         client.messages.create(model="orphan", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
     assert info.value.status_code == 500
-    assert len(gw.ledger_rows()) == 1 and mock.requests() == []
+    rows = gw.ledger_rows()
+    assert len(rows) == 1 and rows[0]["route"] == "orphan" and mock.requests() == []
 
 
 def test_a_passing_fault_is_still_retried_by_the_sdk(gw: RunningGateway, mock: MockUpstream) -> None:

@@ -41,11 +41,17 @@ def _default(obj: Any) -> Any:
     raise TypeError
 
 
-def _table(request: Request, name: str, rows: list[dict[str, Any]], extra: dict[str, Any]) -> Response:
+def _table(
+    request: Request,
+    name: str,
+    rows: list[dict[str, Any]],
+    extra: dict[str, Any],
+    columns: tuple[str, ...] | None = None,
+) -> Response:
     fmt = request.query_params.get("format", "json")
     if fmt == "csv":
         return Response(
-            admin.csv_table(rows),
+            admin.csv_table(rows, columns),
             media_type="text/csv; charset=utf-8",
             headers={"content-disposition": f'attachment; filename="{name}.csv"'},
         )
@@ -143,7 +149,7 @@ async def spend(request: Request) -> Response:
     limit = admin.top(request.query_params.get("limit"))
     await asyncio.to_thread(svc.ledger.flush, 2.0)
     rows = await asyncio.to_thread(admin.spend, svc.settings.ledger_url, group, bucket, start, limit)
-    return _table(request, "spend", rows, {"group_by": group, "bucket": bucket})
+    return _table(request, "spend", rows, {"group_by": group, "bucket": bucket}, admin.SPEND_COLUMNS)
 
 
 @router.get("/admin/savings")
@@ -153,4 +159,4 @@ async def savings(request: Request) -> Response:
     start = admin.since(request.query_params.get("since", "30d"))
     await asyncio.to_thread(svc.ledger.flush, 2.0)
     rows = await asyncio.to_thread(admin.savings, svc.settings.ledger_url, bucket, start)
-    return _table(request, "savings", rows, {"bucket": bucket})
+    return _table(request, "savings", rows, {"bucket": bucket}, admin.SAVINGS_COLUMNS)

@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_words(args: argparse.Namespace) -> str:
+    """The command as typed, without options: ``router score``, ``train semcache``."""
+    top = args.command or ""
+    sub = getattr(args, f"{top}_command", None)
+    return f"{top} {sub}" if isinstance(sub, str) else top
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -81,10 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"switchyard: error: {exc.message}", file=sys.stderr)
         return 2
     except ModelUnavailable as exc:  # the ml extra's model file is missing: what to install
-        print(f"switchyard {args.command}: {exc}", file=sys.stderr)
+        print(f"switchyard {command_words(args)}: {exc}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:  # an optional extra that is not installed: name it
-        line = missing_extra(exc, args.command or "")
+        line = missing_extra(exc, command_words(args))
         if line is None:
             raise
         print(line, file=sys.stderr)

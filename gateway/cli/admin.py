@@ -13,7 +13,7 @@ import asyncio
 import json
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -27,6 +27,8 @@ from gateway.ledger.report import (
     BUCKETS,
     GROUP_BY_CHOICES,
     GROUPS,
+    SAVINGS_COLUMNS,
+    SERIES_COLUMNS,
     GroupBy,
     format_table,
     parse_since,
@@ -237,14 +239,22 @@ def _no_ledger(url: str) -> str | None:
 
 
 def _series_out(
-    args: argparse.Namespace, name: str, rows: list[dict[str, Any]], extra: dict[str, Any]
+    args: argparse.Namespace,
+    name: str,
+    rows: list[dict[str, Any]],
+    extra: dict[str, Any],
+    columns: Sequence[str] | None = None,
 ) -> None:
+    """``columns``: the header, also of an empty report (None: the first row's keys)."""
     if args.csv:
-        print(to_csv(rows), end="")
+        print(to_csv(rows, columns), end="")
     elif args.json:
         _print_json({**extra, name: rows})
     else:
-        cols = list(rows[0]) if rows else []
+        cols = list(columns) if columns is not None else list(rows[0]) if rows else []
+        if not cols:
+            print(f"no {name}")
+            return
         table = [cols] + [[str(r[c]) for c in cols] for r in rows]
         widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
         for row in table:
@@ -271,7 +281,8 @@ def cmd_spend(args: argparse.Namespace) -> int:
     except sqlite3.Error as exc:
         return _fail(f"ledger: {exc}", EXIT_FAILED)
     if series:
-        _series_out(args, "spend", rows, {"group_by": args.by, "bucket": bucket, "since": since})
+        extra = {"group_by": args.by, "bucket": bucket, "since": since}
+        _series_out(args, "spend", rows, extra, SERIES_COLUMNS)
     elif args.json:
         _print_json(to_json(lines, args.by, since))
     else:
@@ -289,7 +300,7 @@ def cmd_savings(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     except sqlite3.Error as exc:
         return _fail(f"ledger: {exc}", EXIT_FAILED)
-    _series_out(args, "savings", rows, {"bucket": args.bucket, "since": args.since})
+    _series_out(args, "savings", rows, {"bucket": args.bucket, "since": args.since}, SAVINGS_COLUMNS)
     return EXIT_OK
 
 

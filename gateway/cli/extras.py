@@ -27,6 +27,12 @@ EXTRA_OF: dict[str, str] = {
 }
 
 
+# Commands that need a bigger extra than the module that happened to be missing first: `train`
+# brings `ml` too, so a missing numpy under `switchyard train ...` is a missing `train` extra.
+COMMAND_EXTRA: dict[str, str] = {"train": "train", "eval": "train", "models": "train"}
+_INCLUDES: dict[str, tuple[str, ...]] = {"train": ("ml", "train")}
+
+
 def extra_for(module: str | None) -> str | None:
     """The extra that installs ``module`` (a dotted name; its top package decides)."""
     if not module:
@@ -35,10 +41,14 @@ def extra_for(module: str | None) -> str | None:
 
 
 def missing_extra(exc: ModuleNotFoundError, command: str) -> str | None:
-    """One line for the user, or None when the module is not an optional dependency."""
+    """One line for the user, or None when the module is not an optional dependency.
+    ``command``: the words typed (``"router score"``); its first decides a bigger extra."""
     extra = extra_for(exc.name)
     if extra is None:
         return None
+    needed = COMMAND_EXTRA.get(command.split(" ", 1)[0])
+    if needed is not None and extra in _INCLUDES.get(needed, (needed,)):
+        extra = needed
     return (
         f"switchyard {command}: needs the {extra} extra (missing module {exc.name}): "
         f"pip install 'switchyard[{extra}]' (from a clone: pip install -e '.[{extra}]')"

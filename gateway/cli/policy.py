@@ -119,8 +119,17 @@ def cmd_policy_simulate(args: argparse.Namespace) -> int:
             for i, t in enumerate(plan.targets, 1):
                 print(f"  {i}. {t.model} via {t.provider} (upstream model {t.upstream_model})")
         else:
-            print(f"{key}: {value}")
+            print(f"{key}: {_plain(value)}")
     return 0
+
+
+def _plain(value: object) -> str:
+    """A value as a person reads it: none for None, lists comma-separated."""
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "-"
+    return str(value)
 
 
 def _with_keys(policy: Policy) -> Policy:

@@ -4,6 +4,7 @@ tree's BadRequestError / NotFoundError for bad input; the callers render it (JSO
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -87,11 +88,16 @@ def savings(ledger_url: str, bucket: str, start: float | None) -> list[dict[str,
         raise BadRequestError(str(exc), param="bucket") from None
 
 
-def csv_table(rows: list[dict[str, Any]]) -> str:
-    """Report rows as CSV, money written out in full (never ``1E-10``)."""
+def csv_table(rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Report rows as CSV, money written out in full (never ``1E-10``); ``columns``: the
+    header, also of an empty report (``report.SERIES_COLUMNS``...)."""
     return report.to_csv(
-        [{k: (f"{v:f}" if isinstance(v, Decimal) else v) for k, v in r.items()} for r in rows]
+        [{k: (f"{v:f}" if isinstance(v, Decimal) else v) for k, v in r.items()} for r in rows], columns
     )
+
+
+SPEND_COLUMNS = report.SERIES_COLUMNS
+SAVINGS_COLUMNS = report.SAVINGS_COLUMNS
 
 
 def key_json(rec: KeyRecord, limits: KeyLimits | None = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from gateway.cache.semantic_key import last_user_text
-from gateway.core.errors import InternalError, SwitchyardError
+from gateway.core.errors import InternalError, NotConfiguredError, SwitchyardError
 from gateway.core.ports import Provider
 from gateway.core.redact import redact
 from gateway.core.types import ChatRequest, RawResult, Target
@@ -154,6 +154,8 @@ async def reserve(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exch
 async def failed(svc: Services, ex: Exchange, exc: SwitchyardError) -> None:
     """A request that ends in an error: redact the message, record the row, wait for it."""
     exc.message = redact(exc.message, svc.secrets)  # upstreams may echo our keys
+    if ex.plan is None and isinstance(exc, NotConfiguredError) and isinstance(exc.plan, RoutePlan):
+        ex.plan = exc.plan  # the row names the route that no configured provider serves
     ex.status, ex.http_status, ex.error_code = "error", exc.status, exc.code
     if ex.target is None:  # refused before any upstream call
         svc.metrics.rejections.labels(exc.code or str(exc.status)).inc()

@@ -179,17 +179,28 @@ def savings_by_cause(
     """Savings (baseline − cost, where both are known) per (time bucket, cause); causes are
     exact_cache, semantic_cache, self_hosted, routing and none."""
     rows = spend_series(url, "cause", bucket, since_seconds, now=now, until=until, tenant=tenant)
-    keep = ("bucket", "requests", "cost_usd", "baseline_cost_usd", "savings_usd")
-    return [{"cause": r["group"], **{k: r[k] for k in keep}} for r in rows]
+    return [{"cause": r["group"], **{k: r[k] for k in SAVINGS_COLUMNS[1:]}} for r in rows]
 
 
-def to_csv(rows: Sequence[dict[str, Any]]) -> str:
-    """``spend_series``/``savings_by_cause`` rows as CSV (header from the first row)."""
+# The columns of ``spend_series`` and ``savings_by_cause`` rows (the header of an empty report).
+LINE_COLUMNS = (
+    "requests", "errors", "unpriced", "input_tokens", "cached_tokens", "cached_share",
+    "output_tokens", "cost_usd", "baseline_cost_usd", "savings_usd",
+)  # fmt: skip
+SERIES_COLUMNS = ("bucket", "group", *LINE_COLUMNS)
+SAVINGS_COLUMNS = ("cause", "bucket", "requests", "cost_usd", "baseline_cost_usd", "savings_usd")
+
+
+def to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Report rows as CSV: the header is ``columns`` (written also when there are no rows:
+    ``SERIES_COLUMNS``, ``SAVINGS_COLUMNS``), else the first row's keys (nothing when empty)."""
+    fields = list(columns) if columns is not None else list(rows[0]) if rows else None
+    if fields is None:
+        return ""
     buf = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
     return buf.getvalue()
 
 
@@ -242,7 +253,8 @@ def format_table(lines: list[SpendLine], by: str = "key") -> str:
         return "  ".join([first, *rest]).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
-    return "\n".join([render(header), rule, *(render(r) for r in body), rule, render(foot)])
+    rows = [rule, *(render(r) for r in body), rule] if body else [rule]
+    return "\n".join([render(header), *rows, render(foot)])
 
 
 def _line_json(ln: SpendLine, with_key: bool = True) -> dict[str, Any]:

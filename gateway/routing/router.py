@@ -94,9 +94,11 @@ class Router:
             raise BadRequestError(f"The model '{model}' serves {plan.kind}, not {kind}", param="model")
         if not plan.targets:
             hints = ", ".join(_ENV_HINT.get(p, p) for p in plan.unconfigured)
-            raise NotConfiguredError(
+            error = NotConfiguredError(
                 f"No configured provider can serve '{model}': its providers have no API key ({hints})"
             )
+            error.plan = plan
+            raise error
         return plan
 
     def kind_of(self, model: object) -> str | None:
