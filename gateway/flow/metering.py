@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from gateway.core.ledger_row import LedgerRow, conversation_id
 from gateway.core.types import Price, RequestFacts, Target, Usage
+from gateway.flow.error_log import server_errors
 from gateway.flow.exchange import Exchange
 from gateway.flow.services import Services
 from gateway.ledger.meter import savings_cause
@@ -76,6 +77,8 @@ def _record(svc: Services, ex: Exchange) -> None:
     if svc.tracer is not None:
         svc.tracer.record(_facts(svc, ex, served, cost, baseline))
     ex.commit = svc.ledger.submit(_row(ex, served, cost, baseline, cause, total))
+    if ex.http_status >= 500:
+        server_errors.note(ex)
 
 
 async def durable(ex: Exchange, reply: _R) -> _R:
