@@ -9,7 +9,17 @@ from pathlib import Path
 import pytest
 
 from gateway.core.ledger_row import LedgerRow
-from gateway.ledger.report import format_table, parse_since, spend, spend_series, to_json, total
+from gateway.ledger.report import (
+    SAVINGS_COLUMNS,
+    SERIES_COLUMNS,
+    format_table,
+    parse_since,
+    savings_by_cause,
+    spend,
+    spend_series,
+    to_json,
+    total,
+)
 from gateway.ledger.store import SQLiteLedger
 from tests.test_ledger_store import make_row
 
@@ -218,6 +228,9 @@ def test_cached_share_per_conversation_equals_the_raw_rows(tmp_path: Path) -> No
     assert [ln.key for ln in spend(path, "conversation", None, top=2)] == [lines[0].key, lines[1].key]
     series = spend_series(path, "conversation", "day", None, top=1)
     assert [r["group"] for r in series] == ["bbbbbbbbbbbbbbbb"]
+    assert tuple(series[0]) == SERIES_COLUMNS  # the header an empty report's CSV still writes
+    saved = savings_by_cause(path, "day", None)
+    assert saved and all(tuple(r) == SAVINGS_COLUMNS for r in saved)
     by_route = {ln.key: ln.cached_share for ln in spend(path, "route", None)}
     for route, share in by_route.items():
         mine = [r for r in rows if r.route == route]
