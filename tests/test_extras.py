@@ -64,6 +64,17 @@ def test_router_score_without_ml_names_the_extra(tmp_path: Path) -> None:
     assert "pip install 'switchyard[ml]'" in r.stderr, r.stderr
 
 
+def test_policy_simulate_without_ml_warns_once_per_route() -> None:
+    """Without the ml extra (and without provider keys, so the route is simulated with keys),
+    each classifier route's warning is printed once, not once per router built."""
+    args = ["policy", "simulate", "policies/default.yaml", "--model", "auto", "--json"]
+    env = {"OPENAI_API_KEY": "", "ANTHROPIC_API_KEY": ""}
+    r = without(ML + TRAIN, cli(args), env)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("routes.auto.classifier: the classifier needs the ml extra") == 1, r.stderr
+    assert json.loads(r.stdout)["simulated_keys_for"] == ["anthropic", "openai"]
+
+
 def test_train_without_ml_names_the_train_extra(tmp_path: Path) -> None:
     """`train` brings `ml` too: a missing numpy under `switchyard train router` names `train`, so
     the hint that is followed is the one that works (not `ml`, then `train`)."""

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +64,8 @@ def cmd_policy_simulate(args: argparse.Namespace) -> int:
             plan = Router(policy).plan(args.model, principal, args.kind)
         except NotConfiguredError:  # no provider key here: route as if every provider had one
             keyless = sorted(n for n, p in policy.providers.items() if not p.configured)
-            plan = Router(_with_keys(policy)).plan(args.model, principal, args.kind)
+            with _silenced(logging.getLogger("switchyard")):  # its warnings were said just above
+                plan = Router(_with_keys(policy)).plan(args.model, principal, args.kind)
     except PolicyError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
@@ -130,6 +134,15 @@ def _plain(value: object) -> str:
     if isinstance(value, list):
         return ", ".join(str(v) for v in value) or "-"
     return str(value)
+
+
+@contextmanager
+def _silenced(logger: logging.Logger) -> Iterator[None]:
+    was, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = was
 
 
 def _with_keys(policy: Policy) -> Policy:
