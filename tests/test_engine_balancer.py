@@ -3,19 +3,30 @@ saturation rules and spill-over ordering (pure logic; the real engine is in test
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from gateway.config.loader import PolicyError, parse_policy
 from gateway.config.policy import EngineLoadPolicy, Policy
 from gateway.core.types import Price, Principal, Target
 from gateway.routing.balancer import HashRing, ReplicaBalancer, prefix_fingerprint
-from gateway.routing.engine_load import EngineBoard, ReplicaSample, ReplicaState, parse_vllm_metrics
+from gateway.routing.engine_load import (
+    SLOW,
+    SLOW_DOWN_AFTER,
+    EngineBoard,
+    ReplicaSample,
+    ReplicaState,
+    _scrape,
+    parse_vllm_metrics,
+)
 from gateway.routing.router import Router
 from load_tests.mock_upstream import MockUpstream
 from tests.gateway_harness import ADMIN_KEY, free_port, start_gateway
@@ -254,3 +265,52 @@ routes:
         assert rebuilt is not provider and rebuilt.chooser.mode == "least_loaded"
     finally:
         gw.stop()
+
+
+def test_a_slow_probe_spills_without_calling_the_replica_down() -> None:
+    """A probe that times out (a busy server) spills the replica's requests ("slow") but keeps it
+    up until SLOW_DOWN_AFTER such probes in a row; one answered probe clears it; a refused one
+    is down at once."""
+    load = EngineLoadPolicy(max_waiting=8)
+    r = ReplicaState("http://x/v1")
+    r.observe(ReplicaSample(waiting=1.0), 1.0)
+    r.observe(SLOW, 2.0)
+    assert r.saturation(load) == "slow" and r.up is True and r.values()["up"] == 1.0
+    for n in range(SLOW_DOWN_AFTER - 2):  # one short of the limit: still up
+        r.observe(SLOW, 3.0 + n)
+    assert r.saturation(load) == "slow" and r.up is True
+    r.observe(SLOW, 8.0)
+    assert r.saturation(load) == "down" and r.up is False
+    r.observe(ReplicaSample(waiting=1.0), 9.0)
+    assert r.saturation(load) is None and r.slow == 0
+    r.observe(None, 10.0)
+    assert r.saturation(load) == "down"
+
+
+async def test_the_probe_tells_a_busy_replica_from_a_gone_one() -> None:
+    """Real HTTP on loopback: /metrics answering after the probe's timeout reads SLOW; a port
+    nobody listens on reads down; a prompt answer is a sample."""
+    gate = asyncio.Event()
+
+    async def metrics(request: web.Request) -> web.Response:
+        if request.query.get("slow"):
+            await gate.wait()
+        return web.Response(text=METRICS)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with aiohttp.ClientSession() as session:
+            assert await _scrape(session, f"http://127.0.0.1:{port}/metrics", 1.0) == parse_vllm_metrics(
+                METRICS
+            )
+            assert await _scrape(session, f"http://127.0.0.1:{port}/metrics?slow=1", 0.2) == SLOW
+            assert await _scrape(session, f"http://127.0.0.1:{free_port()}/metrics", 1.0) is None
+    finally:
+        gate.set()
+        await runner.cleanup()

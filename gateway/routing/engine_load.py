@@ -35,6 +35,13 @@ WANTED = {
 
 Recorder = Callable[[str, str, dict[str, float | None]], None]
 
+# A probe that timed out: the replica's server is up but too busy to answer /metrics within
+# probe_timeout_s (vLLM's API server shares its event loop with the engine's work). The replica
+# takes no more requests ("slow": they spill over) but counts as down only after
+# SLOW_DOWN_AFTER such probes in a row; a refused or failed connection is down at once.
+SLOW = "slow"
+SLOW_DOWN_AFTER = 3
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaSample:
@@ -85,6 +92,7 @@ class ReplicaState:
     hit_ratio: float | None = None  # prefix cache hits / queries over the last interval with traffic
     ttft_s: float | None = None  # mean TTFT over the last interval with first tokens
     probed_at: float = 0.0
+    slow: int = 0  # probes in a row that timed out (SLOW)
 
     @property
     def label(self) -> str:
@@ -96,12 +104,19 @@ class ReplicaState:
         base = self.url[: -len("/v1")] if self.url.endswith("/v1") else self.url
         return base + "/metrics"
 
-    def observe(self, sample: ReplicaSample | None, now: float) -> None:
+    def observe(self, sample: ReplicaSample | str | None, now: float) -> None:
+        """``sample``: what a probe read, None when the replica refused or failed, ``SLOW``
+        when the probe timed out."""
         self.probed_at = now
         if sample is None:
-            self.up = False
+            self.up, self.slow = False, 0
             return
-        old, self.up = self.sample, True
+        if isinstance(sample, str):  # SLOW: busy, not gone (yet)
+            self.slow += 1
+            if self.slow >= SLOW_DOWN_AFTER:
+                self.up = False
+            return
+        old, self.up, self.slow = self.sample, True, 0
         if old is not None:
             queries = _delta(sample.prefix_queries, old.prefix_queries)
             hits = _delta(sample.prefix_hits, old.prefix_hits)
@@ -128,6 +143,8 @@ class ReplicaState:
         """Why this replica takes no more requests now (None: it has room)."""
         if self.up is False:
             return "down"
+        if self.slow:
+            return SLOW
         s = self.sample
         if s is None:
             return None
@@ -155,13 +172,21 @@ class EngineState:
         return live[0] if live else "down"
 
 
-async def _scrape(session: aiohttp.ClientSession, url: str, timeout: float) -> ReplicaSample | None:
+async def _scrape(session: aiohttp.ClientSession, url: str, timeout: float) -> ReplicaSample | str | None:
+    """The replica's sample; None when it refused, failed, answered an error or did not take
+    the connection within half of ``timeout`` (the kernel accepts for a busy server: a host
+    that does not is gone); ``SLOW`` when it took the connection but did not answer in time."""
+    connect = aiohttp.ClientTimeout(sock_connect=timeout / 2)
     try:
-        async with asyncio.timeout(timeout), session.get(url) as resp:
+        async with asyncio.timeout(timeout), session.get(url, timeout=connect) as resp:
             if resp.status != 200:
                 return None
             return parse_vllm_metrics(await resp.text())
-    except (aiohttp.ClientError, TimeoutError, OSError, UnicodeDecodeError):
+    except aiohttp.ConnectionTimeoutError:
+        return None
+    except TimeoutError:
+        return SLOW
+    except (aiohttp.ClientError, OSError, UnicodeDecodeError):
         return None
 
 
