@@ -5,6 +5,7 @@ tenant, TTL)."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -336,3 +337,49 @@ def test_refusal_deltas_become_a_refusal_part() -> None:
     assert done["refusal"] == "can't help" and done["content_index"] == 1
     final = Response.model_validate(events[-1]["response"])
     assert final.output_text == "I " and final.output[0].content[1].type == "refusal"  # type: ignore[union-attr]
+
+
+def test_concurrent_puts_share_commits_and_each_returns_once_stored(tmp_path: Path) -> None:
+    """Group commit: 64 responses stored at once take far fewer transactions than 64, and each
+    put returns only when its row can be read back (a previous_response_id sent right after
+    the answer finds it)."""
+    store = SqliteResponseStore(tmp_path / "responses.db")
+
+    async def put_then_get(i: int) -> None:
+        await store.put("t", {"id": f"resp_{i}", "created_at": 1.0, "output": []}, [], None)
+        assert await store.get("t", f"resp_{i}") is not None
+
+    async def go() -> None:
+        await asyncio.gather(*(put_then_get(i) for i in range(64)))
+
+    asyncio.run(go())
+    assert 1 <= store.commits <= 32, store.commits
+    store.close()
+
+
+def test_a_failed_group_fails_its_puts_and_the_next_put_still_runs(tmp_path: Path) -> None:
+    store = SqliteResponseStore(tmp_path / "responses.db")
+    store.close()  # every write now fails
+
+    async def go() -> None:
+        for _ in range(2):  # the second put is not left waiting behind the failed group
+            with pytest.raises(sqlite3.ProgrammingError):
+                await asyncio.wait_for(store.put("t", {"id": "resp_x", "output": []}, [], None), 10)
+
+    asyncio.run(go())
+
+
+def test_a_cancelled_put_is_stored_all_the_same(tmp_path: Path) -> None:
+    store = SqliteResponseStore(tmp_path / "responses.db")
+
+    async def go() -> None:
+        task = asyncio.ensure_future(store.put("t", {"id": "resp_c", "output": []}, [], None))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await store.put("t", {"id": "resp_d", "output": []}, [], None)  # after the cancelled one's group
+        assert await store.get("t", "resp_c") is not None
+
+    asyncio.run(go())
+    store.close()

@@ -7,15 +7,20 @@ A conversation is the chain of ``previous_response_id`` links, read in one recur
 each row keeps only its own items, so storage grows linearly with the conversation. A chain
 with a missing (expired, deleted) link cannot be continued.
 
-One connection behind a lock; the calls run off the event loop (``asyncio.to_thread``)."""
+One connection behind a lock; the calls run off the event loop (``asyncio.to_thread``). Writes
+are committed in groups: the puts that arrive while one transaction runs are committed together
+in the next, by the same worker (one thread hand-off and one commit per group, not per
+response); each put returns once its row is committed, so a ``previous_response_id`` sent
+after the answer always finds it."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -77,8 +82,18 @@ class _Store:
         self.ttl_s = ttl_s
         self._lock = threading.Lock()
         self._swept = 0.0
+        self._queue = _PutQueue(self._put_many)
+
+    @property
+    def commits(self) -> int:
+        """Write transactions so far (each commits one group of puts)."""
+        return self._queue.commits
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> Any:
+        raise NotImplementedError
+
+    def _run_many(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """``sql`` once per row, in one transaction."""
         raise NotImplementedError
 
     def _sql(self, sql: str) -> str:
@@ -101,10 +116,10 @@ class _Store:
             orjson.dumps(response),
             orjson.dumps(list(input_items)),
         )
-        await asyncio.to_thread(self._put, row)
+        await self._queue.put(row)
 
-    def _put(self, row: tuple[Any, ...]) -> None:
-        self._run(self._sql(_PUT), row)
+    def _put_many(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        self._run_many(self._sql(_PUT), rows)
         now = time.time()
         if now - self._swept > SWEEP_EVERY_S:
             self._swept = now
@@ -132,6 +147,60 @@ class _Store:
         return bool(count)
 
 
+class _PutQueue:
+    """Group commit: ``put`` waits for its row's transaction; the rows that arrive while a
+    transaction runs go in the next one, on the same worker thread, which stops when no row
+    waits. A failed transaction fails the puts of its group (their rows are not stored)."""
+
+    def __init__(self, write: Callable[[Sequence[tuple[Any, ...]]], None]) -> None:
+        self._write = write
+        self._lock = threading.Lock()
+        self._waiting: list[tuple[tuple[Any, ...], asyncio.Future[None]]] = []
+        self._draining = False
+        self._worker: asyncio.Future[None] | None = None  # held: a running drain is not collected
+        self.commits = 0
+
+    async def put(self, row: tuple[Any, ...]) -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            self._waiting.append((row, done))
+            start, self._draining = not self._draining, True
+        if start:
+            self._worker = loop.run_in_executor(None, self._drain)
+        await done
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                group, self._waiting = self._waiting, []
+                if not group:
+                    self._draining = False
+                    return
+            error: BaseException | None = None
+            try:
+                self._write([row for row, _ in group])
+                self.commits += 1
+            except Exception as exc:
+                error = exc
+            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+            for _, done in group:
+                by_loop.setdefault(done.get_loop(), []).append(done)
+            for owner, waiters in by_loop.items():
+                with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                    owner.call_soon_threadsafe(_settle, waiters, error)
+
+
+def _settle(waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:
+    for done in waiters:
+        if done.done():  # the request was cancelled meanwhile (its row is stored all the same)
+            continue
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+
 class SqliteResponseStore(_Store):
     def __init__(self, path: Path, ttl_s: float = DEFAULT_TTL_S) -> None:
         super().__init__(ttl_s)
@@ -143,6 +212,10 @@ class SqliteResponseStore(_Store):
         with self._lock, self._conn:
             cur = self._conn.execute(sql, params)
             return cur.fetchall() if sql.lstrip().startswith(("SELECT", "WITH")) else cur.rowcount
+
+    def _run_many(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        with self._lock, self._conn:
+            self._conn.executemany(sql, rows)
 
     def close(self) -> None:
         with self._lock:
@@ -160,17 +233,32 @@ class PgResponseStore(_Store):
         self.url = url
         self._conn: Any = None
 
+    def _connected(self) -> Any:
+        if self._conn is None or self._conn.closed:
+            self._conn = pg_connect(self.url)
+            self._conn.autocommit = True
+            self._conn.execute(_SCHEMA.replace("REAL", "DOUBLE PRECISION").replace("BLOB", "BYTEA"))
+        return self._conn
+
     def _run(self, sql: str, params: tuple[Any, ...]) -> Any:
         with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = pg_connect(self.url)
-                self._conn.autocommit = True
-                self._conn.execute(_SCHEMA.replace("REAL", "DOUBLE PRECISION").replace("BLOB", "BYTEA"))
+            conn = self._connected()
             try:
-                cur = self._conn.execute(sql, params)
+                cur = conn.execute(sql, params)
                 return cur.fetchall() if sql.lstrip().startswith(("SELECT", "WITH")) else cur.rowcount
             except Exception:
-                self._conn.close()
+                conn.close()
+                self._conn = None
+                raise
+
+    def _run_many(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        with self._lock:
+            conn = self._connected()
+            try:
+                with conn.transaction():
+                    conn.cursor().executemany(sql, rows)
+            except Exception:
+                conn.close()
                 self._conn = None
                 raise
 

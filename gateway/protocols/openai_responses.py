@@ -22,11 +22,11 @@ Translation decisions (Responses -> chat):
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from gateway.core.errors import BadRequestError
 from gateway.core.types import Usage
+from gateway.protocols.ids import random_hex
 from gateway.protocols.openai_responses_wire import UNSUPPORTED
 
 Item = dict[str, Any]
@@ -35,7 +35,7 @@ _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{os.urandom(12).hex()}"
+    return f"{prefix}_{random_hex(12)}"
 
 
 # ----------------------------------------------------------------------------- request -> chat
