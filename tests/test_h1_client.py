@@ -9,6 +9,7 @@ import gzip
 import shutil
 import ssl
 import subprocess
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import pytest
 from gateway.core.errors import UpstreamError
 from gateway.providers import h1, h1_stream, http
 from gateway.providers.h1 import H1Error, H1Pool
+from gateway.providers.h1_stream import H1Stream
 
 Reply = Callable[[bytes], list[bytes] | None]  # the request head+body -> bytes to write; None: close
 
@@ -570,3 +572,30 @@ async def test_stream_breaks_bounds_and_refusals() -> None:
     finally:
         await pool.aclose()
         srv.close()
+
+
+class _Conn:
+    def abort(self) -> None: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+
+
+async def test_a_stream_read_fails_after_its_idle_limit_of_silence_only() -> None:
+    """The idle limit counts silence while a read waits: bytes every 0.1 s keep a 0.3 s limit
+    from firing over a whole second; a reader that was busy gets a fresh limit when it waits;
+    silence past the limit fails the read with kind "stalled"; one lazy timer, not one per read."""
+    loop = asyncio.get_running_loop()
+    stream = H1Stream(_Conn(), 200, {}, lambda: None)
+    for i in range(10):
+        loop.call_later(0.1 * (i + 1), stream.feed, b"data: %d\n\n" % i)
+    started = time.monotonic()
+    lines = [await stream.readline(1024, idle=0.3) for _ in range(20)]
+    assert time.monotonic() - started >= 0.9 and lines[-2] == b"data: 9\n"
+    await asyncio.sleep(0.5)  # the reader is busy elsewhere, longer than the limit
+    loop.call_later(0.2, stream.feed, b"late\n")
+    assert await stream.readline(1024, idle=0.3) == b"late\n"  # the wait started the clock
+    started = time.monotonic()
+    with pytest.raises(H1Error) as info:
+        await stream.readline(1024, idle=0.3)
+    assert info.value.kind == "stalled" and 0.25 <= time.monotonic() - started < 2.0
+    stream.close()

@@ -14,7 +14,8 @@ class H1Error(UpstreamError):
     """No complete HTTP answer. ``kind``: ``connect`` (no connection), ``disconnected`` (the
     server closed or reset it before the answer was whole), ``protocol`` (not HTTP/1.1 the
     parser accepts, or an encoding we cannot decode), ``oversized`` (one stream line past the
-    reader's bound), ``request`` (a header we refuse to send). ``providers.http.transport_error``
+    reader's bound), ``stalled`` (a stream read waited past its idle limit), ``request`` (a
+    header we refuse to send). ``providers.http.transport_error``
     turns it into the error the client sees, with the provider's name."""
 
     def __init__(self, kind: str, detail: str) -> None:

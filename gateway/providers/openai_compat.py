@@ -163,11 +163,10 @@ class _OpenAIStream:
         try:
             while True:
                 try:
-                    async with asyncio.timeout(self._idle):
-                        line = await resp.readline(MAX_EVENT_BYTES)
-                except TimeoutError:
-                    raise self._broken("stream stalled") from None
+                    line = await resp.readline(MAX_EVENT_BYTES, self._idle)
                 except H1Error as exc:
+                    if exc.kind == "stalled":
+                        raise self._broken("stream stalled") from None
                     if exc.kind == "oversized":
                         raise self._broken("sent an oversized event") from None
                     raise self._broken(f"stream broke: {exc.kind}") from None

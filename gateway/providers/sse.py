@@ -5,7 +5,6 @@ their port promises."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
@@ -42,11 +41,10 @@ class EventStream:
 
     async def _read(self) -> bytes:
         try:
-            async with asyncio.timeout(self._idle):
-                return await self._resp.readany()
-        except TimeoutError:
-            raise self._broken(f"stalled for more than {self._idle:g}s") from None
+            return await self._resp.readany(self._idle)
         except H1Error as exc:
+            if exc.kind == "stalled":
+                raise self._broken(f"stalled for more than {self._idle:g}s") from None
             raise self._broken(f"broke ({exc.kind})") from None
 
     async def _events(self) -> AsyncGenerator[tuple[str, bytes], None]:
