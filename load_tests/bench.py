@@ -63,6 +63,8 @@ SCENARIOS = (
     Scenario("nonstream_open_1000", "non-streaming, open loop 1,000 req/s", rps=1000),
     Scenario("stream_open_100", "streaming, open loop 100 req/s", stream=True, rps=100),
     Scenario("closed_32_miss", "closed loop 32 clients, cache misses", concurrency=32, temperature=0.0),
+    # streamed answers back to back (what coding agents send): the per-chunk relay's cost
+    Scenario("closed_32_stream", "closed loop 32 clients, streaming", stream=True, concurrency=32),
     Scenario(
         "closed_32_hit",
         "closed loop 32 clients, exact-cache hits",

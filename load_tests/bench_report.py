@@ -36,10 +36,12 @@ SCENARIO_CHECKS = (
     Check("closed_32_hit", "throughput", "rps", "rps", 6000.0),
     Check("closed_32_miss", "throughput / floor", "rps", "floor", 0.70),
     Check("closed_32_hit", "throughput / floor", "rps", "floor", 0.70),
+    Check("closed_32_stream", "throughput / floor", "rps", "floor", None),
     Check("nonstream_open_300", "server CPU / request", "cpu_us_per_request", "cpu", None),
     Check("nonstream_open_1000", "server CPU / request", "cpu_us_per_request", "cpu", None),
     Check("closed_32_miss", "server CPU / request", "cpu_us_per_request", "cpu", None),
     Check("closed_32_hit", "server CPU / request", "cpu_us_per_request", "cpu", None),
+    Check("closed_32_stream", "server CPU / request", "cpu_us_per_request", "cpu", None),
 )
 UNITS = {"added": "ms", "rps": "req/s", "floor": "req/s", "cpu": "µs"}
 IDLE_LIMIT_MB = 150.0

@@ -19,6 +19,7 @@ METRICS = {
     "nonstream_open_1000": ("latency_p50_ms", "latency_p99_ms"),
     "stream_open_100": ("ttft_p50_ms", "ttft_p99_ms"),
     "closed_32_miss": ("rps",),
+    "closed_32_stream": ("rps",),
     "closed_32_hit": ("rps",),
 }
 
