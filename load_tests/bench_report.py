@@ -81,9 +81,10 @@ def _row(check: Check, entry: dict[str, Any]) -> dict[str, Any]:
         row["ratio"] = (g / f) if f and g is not None else None
     elif check.kind == "floor":
         row["ratio"] = (g / f) if f and g is not None else None
-        row["target"] = f"gateway/floor >= {check.limit:g}"
-        if row["ratio"] is not None and check.limit is not None:
-            row["pass"] = row["ratio"] >= check.limit and row["errors"]["gateway"] == 0
+        if check.limit is not None:
+            row["target"] = f"gateway/floor >= {check.limit:g}"
+            if row["ratio"] is not None:
+                row["pass"] = row["ratio"] >= check.limit and row["errors"]["gateway"] == 0
     else:
         row["ratio"] = (g / d) if d and g is not None else None
         if check.limit is not None:
