@@ -161,9 +161,6 @@ class NotConfiguredError(SwitchyardError):
     type = "server_error"
     code = "provider_not_configured"
     client_retry = False
-    # the routing plan that had no configured target (routing sets it), so the request's
-    # ledger row and metrics still name the route that is misconfigured
-    plan: object = None
 
 
 class OverloadedError(SwitchyardError):

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from gateway.cache.semantic_key import last_user_text
-from gateway.core.errors import InternalError, NotConfiguredError, SwitchyardError
+from gateway.core.errors import InternalError, SwitchyardError
 from gateway.core.ports import Provider
 from gateway.core.redact import redact
 from gateway.core.types import ChatRequest, RawResult, Target
@@ -99,7 +99,8 @@ async def admit(
     request's ``body`` (as ``reserve`` will be given it: the route's params applied here
     unless ``with_params`` is False), the budget reservation ``reserve`` will need is taken
     in the same round trip (routes with a classifier excepted: their plan is known only later)."""
-    plan = ex.plan = svc.router.plan(model, ex.principal, kind)
+    plan = ex.plan = svc.router.resolve(model, ex.principal, kind)
+    svc.router.require_targets(plan)  # refused with the route known: its row names it
     who = ex.principal
     if body is None or plan.auto is not None or not svc.limits.shared:
         await svc.limits.admit(svc.policy, who.tenant, who.key_id)
@@ -154,8 +155,6 @@ async def reserve(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exch
 async def failed(svc: Services, ex: Exchange, exc: SwitchyardError) -> None:
     """A request that ends in an error: redact the message, record the row, wait for it."""
     exc.message = redact(exc.message, svc.secrets)  # upstreams may echo our keys
-    if ex.plan is None and isinstance(exc, NotConfiguredError) and isinstance(exc.plan, RoutePlan):
-        ex.plan = exc.plan  # the row names the route that no configured provider serves
     ex.status, ex.http_status, ex.error_code = "error", exc.status, exc.code
     if ex.target is None:  # refused before any upstream call
         svc.metrics.rejections.labels(exc.code or str(exc.status)).inc()

@@ -77,6 +77,14 @@ class Router:
         )
 
     def plan(self, model: object, principal: Principal, kind: str) -> RoutePlan:
+        """``resolve``, then ``require_targets``."""
+        plan = self.resolve(model, principal, kind)
+        self.require_targets(plan)
+        return plan
+
+    def resolve(self, model: object, principal: Principal, kind: str) -> RoutePlan:
+        """The plan of ``model`` (a route, catalog model or alias) for this principal and kind,
+        its targets possibly none (no configured provider: ``require_targets`` says so)."""
         if not isinstance(model, str) or not model:
             raise BadRequestError("'model' must be a non-empty string", param="model")
         plan = self._plans.get(model)
@@ -92,14 +100,15 @@ class Router:
             raise PermissionDeniedError(f"This key may not use the model '{model}'", param="model")
         if plan.kind != kind:
             raise BadRequestError(f"The model '{model}' serves {plan.kind}, not {kind}", param="model")
+        return plan
+
+    @staticmethod
+    def require_targets(plan: RoutePlan) -> None:
         if not plan.targets:
             hints = ", ".join(_ENV_HINT.get(p, p) for p in plan.unconfigured)
-            error = NotConfiguredError(
-                f"No configured provider can serve '{model}': its providers have no API key ({hints})"
+            raise NotConfiguredError(
+                f"No configured provider can serve '{plan.name}': its providers have no API key ({hints})"
             )
-            error.plan = plan
-            raise error
-        return plan
 
     def kind_of(self, model: object) -> str | None:
         """The kind (chat | completions | embeddings) a model, route or alias serves; None when
