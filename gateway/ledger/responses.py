@@ -157,7 +157,6 @@ class _PutQueue:
         self._lock = threading.Lock()
         self._waiting: list[tuple[tuple[Any, ...], asyncio.Future[None]]] = []
         self._draining = False
-        self._worker: asyncio.Future[None] | None = None  # held: a running drain is not collected
         self.commits = 0
 
     async def put(self, row: tuple[Any, ...]) -> None:
@@ -167,7 +166,7 @@ class _PutQueue:
             self._waiting.append((row, done))
             start, self._draining = not self._draining, True
         if start:
-            self._worker = loop.run_in_executor(None, self._drain)
+            loop.run_in_executor(None, self._drain)  # the executor holds the running drain
         await done
 
     def _drain(self) -> None:
