@@ -109,9 +109,16 @@ def cache_breakpoints(body: dict[str, Any]) -> int:
 
 
 # ----------------------------------------------------------------------------- Messages -> chat
-def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """A validated Messages body as an OpenAI chat body, and the names of what was dropped."""
+def to_chat(body: dict[str, Any], *, strict: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """A validated Messages body as an OpenAI chat body, and the names of what was dropped.
+
+    ``strict=False`` never refuses: a block a chat upstream cannot take (a document, a server
+    tool, a thinking block, an unknown type) becomes a text part holding its JSON. That body is
+    the request's facts (what budgets count, keys hash and the classifier reads: every block
+    counts), never something sent to a chat upstream."""
     dropped = [f for f in _DROPPED_FIELDS if body.get(f) is not None]
+    if not strict:
+        return _lenient(body), dropped
     messages: list[dict[str, Any]] = []
     system = body.get("system")
     if system:
@@ -134,6 +141,50 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         if choice.get("disable_parallel_tool_use"):
             out["parallel_tool_calls"] = False
     return out, sorted(set(dropped))
+
+
+def _lenient(body: dict[str, Any]) -> dict[str, Any]:
+    """The strict translation where it applies, each untranslatable piece as its JSON text."""
+    messages: list[dict[str, Any]] = []
+    system = body.get("system")
+    if system:
+        messages.append({"role": "system", "content": _loose_text(system)})
+    for i, msg in enumerate(body["messages"]):
+        try:
+            messages += _chat_messages(msg, f"messages[{i}]", [])
+        except BadRequestError:
+            messages.append({"role": msg["role"], "content": _loose_text(msg["content"])})
+    out: dict[str, Any] = {"model": body["model"], "messages": messages}
+    if body.get("max_tokens") is not None:
+        out["max_tokens"] = body["max_tokens"]
+    for key in ("temperature", "top_p", "top_k"):
+        if body.get(key) is not None:
+            out[key] = body[key]
+    if body.get("stop_sequences"):
+        out["stop"] = body["stop_sequences"]
+    tools = []
+    for i, tool in enumerate(body.get("tools") or ()):
+        try:
+            tools.append(_chat_tool(tool, f"tools[{i}]", []))
+        except BadRequestError:  # a server tool: its JSON, as a function the counter reads
+            fn = {"name": str(tool.get("name") or tool.get("type")), "description": json.dumps(tool)}
+            tools.append({"type": "function", "function": fn})
+    if tools:
+        out["tools"] = tools
+    return out
+
+
+def _loose_text(content: Any) -> str:
+    """Text blocks' text; any other block as its JSON (for counting and keys only)."""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content if isinstance(content, list) else [content]:
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+        else:
+            parts.append(json.dumps(block, ensure_ascii=False, sort_keys=True))
+    return "\n\n".join(parts)
 
 
 def _note_cache(block: dict[str, Any], dropped: list[str]) -> None:
