@@ -176,6 +176,23 @@ def _respond(
     )
 
 
+def count_tokens(body: dict[str, Any], headers: Mapping[str, str]) -> Reply:
+    """``POST /v1/messages/count_tokens``: the mock's word count of system, messages and tools
+    (the same count its answers report as input tokens, plus the tools' JSON words)."""
+    if not headers.get("x-api-key") or not headers.get("anthropic-version"):
+        return anthropic_error(401, "missing x-api-key or anthropic-version header", "authentication_error")
+    msgs = body.get("messages")
+    if not isinstance(body.get("model"), str) or not isinstance(msgs, list) or not msgs:
+        return anthropic_error(400, "model and messages are required")
+    system_text, _ = _system_parts(body.get("system"))
+    total = count_words(system_text) + sum(
+        count_words(part_text(m.get("content"))) for m in msgs if isinstance(m, dict)
+    )
+    if body.get("tools"):
+        total += count_words(orjson.dumps(body["tools"]).decode().replace('"', " "))
+    return json_reply(200, {"input_tokens": total}, dialect="anthropic")
+
+
 def status_body(status: int, message: str) -> bytes:
     return anthropic_error(status, message).body
 

@@ -102,6 +102,8 @@ class MockApp:
             return mock_openai.chat_completion(body, tokens, rid, now)
         if key == ("POST", "/v1/messages"):
             return mock_anthropic.messages(body, req.headers, tokens, rid, self.state.cache_lookup)
+        if key == ("POST", "/v1/messages/count_tokens"):
+            return mock_anthropic.count_tokens(body, req.headers)
         if key == ("POST", "/v1/responses"):
             return mock_responses.responses(body, tokens, rid, self.state.cache_lookup)
         if key == ("POST", "/v1/completions"):

@@ -14,8 +14,9 @@ import pytest
 
 from gateway.cache.replay import StreamAssembler, completion_to_chunks
 from gateway.core.errors import UpstreamError
-from gateway.core.types import ChatRequest, Principal, Usage
+from gateway.core.types import Principal, Usage
 from gateway.flow import metering, pipeline
+from gateway.flow.adapters.chat import Chat
 from gateway.flow.exchange import Exchange
 from gateway.flow.services import Services
 from tests.flow_fakes import FakeLedger, FakeProvider, FakeTracer, services
@@ -33,9 +34,8 @@ def ledger_of(svc: Services) -> FakeLedger:
     return svc.ledger
 
 
-def chat(model: str = "r", **body: Any) -> ChatRequest:
-    data = {"model": model, "messages": HELLO, **body}
-    return ChatRequest(data, stream=bool(data.get("stream")), include_usage=False)
+def chat(svc: Services, model: str = "r", **body: Any) -> Chat:
+    return Chat(svc, {"model": model, "messages": HELLO, **body})
 
 
 # ----------------------------------------------------------------------------- metering.record
@@ -94,13 +94,13 @@ async def test_record_runs_once_and_keeps_unknown_counts_unknown(tmp_path: Path)
     assert row.input_tokens is None and row.output_tokens == 7
 
 
-# ----------------------------------------------------------------------------- pipeline.chat
+# ----------------------------------------------------------------------------- pipeline.serve (chat)
 async def test_chat_calls_the_provider_then_answers_from_the_exact_cache(tmp_path: Path) -> None:
     provider = FakeProvider(text="pong")
     svc = services(tmp_path, providers={"up": provider})
-    first = await pipeline.chat(svc, chat(), exchange())
+    first = await pipeline.serve(svc, chat(svc), exchange())
     await svc.tasks.aclose()  # the cache write runs in the background
-    second = await pipeline.chat(svc, chat(), exchange())
+    second = await pipeline.serve(svc, chat(svc), exchange())
     assert first.body is not None and orjson.loads(first.body)["choices"][0]["message"]["content"] == "pong"
     assert second.body == first.body and second.headers["x-switchyard-cache"] == "hit"
     assert len(provider.calls) == 1
@@ -109,7 +109,7 @@ async def test_chat_calls_the_provider_then_answers_from_the_exact_cache(tmp_pat
 
 async def test_chat_stream_relays_chunks_and_meters_before_done(tmp_path: Path) -> None:
     svc = services(tmp_path, providers={"up": FakeProvider(text="abc")})
-    reply = await pipeline.chat(svc, chat(stream=True), exchange())
+    reply = await pipeline.serve(svc, chat(svc, stream=True), exchange())
     assert reply.stream is not None
     frames = [f async for f in reply.stream]
     assert frames[-1] == b"data: [DONE]\n\n"
@@ -130,7 +130,7 @@ async def test_chat_upstream_failure_leaves_an_error_row(tmp_path: Path) -> None
 
     svc = services(tmp_path, providers={"up": Failing()})
     with pytest.raises(UpstreamError):
-        await pipeline.chat(svc, chat(), exchange())
+        await pipeline.serve(svc, chat(svc), exchange())
     (row,) = ledger_of(svc).rows
     assert row.status == "error" and row.http_status == 502 and row.attempts == 1
 

@@ -150,6 +150,23 @@ async def test_async_client_and_count_tokens(gw: RunningGateway) -> None:
     await c.close()
 
 
+def test_count_tokens_is_the_upstreams_when_it_is_anthropic_else_an_estimate_said_so(
+    gw: RunningGateway, mock: MockUpstream
+) -> None:
+    body = {"model": "claude-x", "system": "be brief", "messages": HELLO}
+    exact = httpx.post(gw.url + "/v1/messages/count_tokens", json=body, headers={"x-api-key": gw.key(),
+                       "anthropic-version": "2023-06-01"})  # fmt: skip
+    assert exact.status_code == 200 and exact.headers["x-switchyard-token-count"] == "exact"
+    (sent,) = upstream_bodies(mock, "/v1/messages/count_tokens")
+    assert sent["model"] == "claude-mock" and sent["system"] == "be brief"
+    assert exact.json()["input_tokens"] == 4  # the mock's word count: "be brief" + "hello there"
+    local = httpx.post(gw.url + "/v1/messages/count_tokens", json={**body, "model": "small"},
+                       headers={"x-api-key": gw.key()})  # fmt: skip
+    assert local.status_code == 200 and local.headers["x-switchyard-token-count"] == "estimate"
+    assert 3 <= local.json()["input_tokens"] <= 20
+    assert len(upstream_bodies(mock, "/v1/messages/count_tokens")) == 1  # the chat route counted locally
+
+
 def test_errors_are_anthropic_shaped(gw: RunningGateway) -> None:
     c = client(gw)
     with pytest.raises(anthropic.NotFoundError) as nf:

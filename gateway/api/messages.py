@@ -1,6 +1,7 @@
 """Anthropic Messages in: ``POST /v1/messages`` (also with ``?beta=true``) and
 ``POST /v1/messages/count_tokens``. Thin handlers: admit like the OpenAI routes (the same key
-as ``x-api-key`` or Bearer), validate, call gateway/flow/messages.py; every error leaves in
+as ``x-api-key`` or Bearer), validate, call the pipeline with the Messages adapter
+(gateway/flow/adapters/messages.py); every error leaves in
 Anthropic's shape (``{"type": "error", "error": {...}}``)."""
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from gateway.api.errors import error_headers, request_id_of
 from gateway.api.openapi import openapi_extra
 from gateway.api.routes import admitted, render
 from gateway.core.errors import SwitchyardError
-from gateway.flow import messages as flow
+from gateway.flow import count_tokens as counting
+from gateway.flow import pipeline
+from gateway.flow.adapters.messages import Messages
 from gateway.protocols.anthropic_messages import CountTokensRequest, MessagesRequest, error_body
 
 router = APIRouter()
-FORWARDED = ("anthropic-version", "anthropic-beta")
 
 
 def _error(exc: SwitchyardError, request: Request) -> Response:
@@ -37,14 +39,14 @@ async def _guarded(request: Request, handle: Callable[[Request], Awaitable[Respo
 
 
 async def _messages(request: Request) -> Response:
-    svc, ex, data = await admitted(request, MessagesRequest)
-    forwarded = {name: request.headers[name] for name in FORWARDED if name in request.headers}
-    return render(await flow.messages(svc, data, forwarded, ex))
+    svc, ex, data, headers = await admitted(request, MessagesRequest)
+    return render(await pipeline.serve(svc, Messages(svc, data, headers), ex))
 
 
 async def _count_tokens(request: Request) -> Response:
-    svc, ex, data = await admitted(request, CountTokensRequest)
-    return Response(orjson.dumps(await flow.count_tokens(svc, data, ex)), media_type="application/json")
+    svc, ex, data, headers = await admitted(request, CountTokensRequest)
+    count, out = await counting.count_tokens(svc, data, headers, ex)
+    return Response(orjson.dumps(count), headers=out, media_type="application/json")
 
 
 ANTHROPIC_ERROR = {

@@ -1,6 +1,7 @@
 """OpenAI Responses in: ``POST /v1/responses``, ``GET``/``DELETE /v1/responses/{id}`` and
 ``GET /v1/responses/{id}/input_items``. Thin handlers: admit like the chat route, call
-gateway/flow/responses.py, render; errors leave in OpenAI's shape (the app's handlers)."""
+the pipeline with the Responses adapter (gateway/flow/adapters/responses.py) or
+gateway/flow/stored_responses.py, render; errors leave in OpenAI's shape (the app's handlers)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from gateway.api.openapi import ERROR_RESPONSES, openapi_extra
 from gateway.api.routes import admitted, render, state_of
 from gateway.api.state import wanted_headers
 from gateway.core.errors import BadRequestError
-from gateway.flow import responses as flow
+from gateway.flow import pipeline
+from gateway.flow import stored_responses as flow
+from gateway.flow.adapters.responses import Responses
 from gateway.flow.services import Services
 from gateway.protocols.openai_responses_wire import ResponsesRequest
 
@@ -37,8 +40,8 @@ def _json(obj: dict[str, Any]) -> Response:
     "/v1/responses", responses=ERROR_RESPONSES, openapi_extra=openapi_extra(ResponsesRequest, streams=True)
 )
 async def create_response(request: Request) -> Response:
-    svc, ex, data = await admitted(request, ResponsesRequest)
-    return render(await flow.create(svc, data, ex))
+    svc, ex, data, headers = await admitted(request, ResponsesRequest)
+    return render(await pipeline.serve(svc, Responses(svc, data, headers), ex))
 
 
 @router.get("/v1/responses/{response_id}", responses=ERROR_RESPONSES)

@@ -29,13 +29,13 @@ from gateway.core.errors import (
 )
 from gateway.flow import admin, pipeline
 from gateway.flow import completions as legacy
+from gateway.flow.adapters.chat import Chat
 from gateway.flow.exchange import Exchange
 from gateway.flow.reply import Reply
 from gateway.flow.services import Services
 from gateway.protocols.openai_chat import (
     ChatCompletionRequest,
     EmbeddingRequest,
-    chat_request,
     check_depth,
     too_deep,
     validate,
@@ -99,8 +99,12 @@ def render(reply: Reply) -> Response:
     return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type=JSON)
 
 
-async def admitted(request: Request, wire: type[BaseModel]) -> tuple[Services, Exchange, dict[str, Any]]:
-    """Authenticate, read the body within the size limit, validate it against ``wire``."""
+Admitted = tuple[Services, Exchange, dict[str, Any], dict[str, str]]
+
+
+async def admitted(request: Request, wire: type[BaseModel]) -> Admitted:
+    """Authenticate, read the body within the size limit, validate it against ``wire``:
+    (the services, the exchange, the body, the request headers the API reads)."""
     state = state_of(request)
     svc = state.services  # one consistent set of parts for the whole request
     headers = wanted_headers(request.scope)
@@ -114,7 +118,7 @@ async def admitted(request: Request, wire: type[BaseModel]) -> tuple[Services, E
             f"The request body did not arrive within {server.body_timeout_s:g} seconds"
         ) from None
     validate(wire, data)
-    return svc, ex, data
+    return svc, ex, data, headers
 
 
 @router.post(
@@ -123,8 +127,8 @@ async def admitted(request: Request, wire: type[BaseModel]) -> tuple[Services, E
     openapi_extra=openapi_extra(ChatCompletionRequest, streams=True),
 )
 async def chat_completions(request: Request) -> Response:
-    svc, ex, data = await admitted(request, ChatCompletionRequest)
-    return render(await pipeline.chat(svc, chat_request(data), ex))
+    svc, ex, data, headers = await admitted(request, ChatCompletionRequest)
+    return render(await pipeline.serve(svc, Chat(svc, data, headers), ex))
 
 
 @router.post(
@@ -133,13 +137,13 @@ async def chat_completions(request: Request) -> Response:
     openapi_extra=openapi_extra(CompletionRequest, streams=True),
 )
 async def completions(request: Request) -> Response:
-    svc, ex, data = await admitted(request, CompletionRequest)
-    return render(await legacy.create(svc, data, ex))
+    svc, ex, data, headers = await admitted(request, CompletionRequest)
+    return render(await legacy.create(svc, data, headers, ex))
 
 
 @router.post("/v1/embeddings", responses=ERROR_RESPONSES, openapi_extra=openapi_extra(EmbeddingRequest))
 async def embeddings(request: Request) -> Response:
-    svc, ex, data = await admitted(request, EmbeddingRequest)
+    svc, ex, data, _ = await admitted(request, EmbeddingRequest)
     return render(await pipeline.passthrough(svc, "embeddings", data, ex))
 
 

@@ -18,7 +18,10 @@ from gateway.bootstrap import Gateway
 from gateway.flow.exchange import Exchange
 from gateway.flow.services import Services
 
-WANTED = (b"authorization", b"x-api-key", b"cache-control", b"content-length")
+WANTED = (
+    b"authorization", b"x-api-key", b"cache-control", b"content-length",
+    b"x-switchyard-task", b"anthropic-version", b"anthropic-beta",
+)  # fmt: skip
 
 
 def wanted_headers(scope: Mapping[str, Any]) -> dict[str, str]:

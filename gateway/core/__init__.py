@@ -16,7 +16,6 @@ from gateway.core.errors import (
 __all__ = [
     "AuthenticationError",
     "BadRequestError",
-    "ChatRequest",
     "ChatResult",
     "NotFoundError",
     "PayloadTooLargeError",

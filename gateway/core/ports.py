@@ -286,6 +286,12 @@ class MessagesUpstream(Protocol):
         forwarded: Mapping[str, str],
     ) -> MessagesStream: ...
 
+    async def count_tokens(
+        self, body: dict[str, Any], target: Target, timeout: float, forwarded: Mapping[str, str]
+    ) -> int | None:
+        """The upstream's own count of a Messages body's input tokens (None: it gave none)."""
+        ...
+
 
 class ResponsesStream(Protocol):
     """An accepted OpenAI Responses stream: (event type, data bytes as sent, parsed data).

@@ -133,26 +133,6 @@ class Target:
 
 
 @record
-class ChatRequest:
-    """A validated chat request. ``body`` is the OpenAI request body as the client sent it,
-    after the route's default/pinned parameters were applied; unknown fields stay in it so
-    OpenAI-compatible upstreams receive them. Treat it as read-only."""
-
-    body: dict[str, Any]
-    stream: bool
-    include_usage: bool
-
-    @property
-    def model(self) -> str:
-        return str(self.body["model"])
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        msgs: list[dict[str, Any]] = self.body["messages"]
-        return msgs
-
-
-@record
 class ChatResult:
     """A complete (non-streamed) chat completion in OpenAI shape, with normalised usage."""
 

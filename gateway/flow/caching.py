@@ -1,22 +1,21 @@
-"""The cache steps of a chat request: the exact key, the exact and semantic lookups, the
-replay of a hit in the client's shape, and the store of a fresh answer."""
+"""The cache steps of every request: the exact key, the exact and semantic lookups, the
+replay of a hit in the client's protocol (its adapter renders it), and the store of a fresh
+answer."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 
 from gateway.cache.keys import canonical_key, is_deterministic
-from gateway.cache.replay import completion_to_chunks
 from gateway.core.ports import SemanticResult
-from gateway.core.types import ChatRequest, Target
-from gateway.core.types import usage_from_openai as read_usage
+from gateway.core.types import Target
+from gateway.flow.adapters.base import Inbound
 from gateway.flow.exchange import Exchange
-from gateway.flow.metering import record
-from gateway.flow.reply import DONE, Reply, headers, sse
+from gateway.flow.metering import durable, record
+from gateway.flow.reply import Reply
 from gateway.flow.services import Services
 from gateway.ledger.meter import estimate_usage
 from gateway.routing.plan import RoutePlan
@@ -52,12 +51,19 @@ def unwrap(stored: bytes, ex: Exchange | None) -> bytes:
     return payload
 
 
-def cache_key(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exchange) -> str | None:
+def cache_key(svc: Services, plan: RoutePlan, inbound: Inbound, ex: Exchange) -> str | None:
+    """The exact-cache key of a request (None: the route does not cache it): over the tenant,
+    the route, the shape of the answers it stores and the whole request its adapter keys on."""
     mode = plan.policy.cache.mode
-    if mode == "off" or (mode == "deterministic" and not is_deterministic(body)):
+    body = inbound.record.body
+    if (
+        mode == "off"
+        or (mode == "deterministic" and not is_deterministic(body))
+        or not inbound.cacheable(plan)
+    ):
         ex.cache = "off"
         return None
-    key = canonical_key(ex.principal.tenant, plan.name, "chat", body)
+    key = canonical_key(ex.principal.tenant, plan.name, inbound.answers, inbound.keyed())
     if ex.no_cache:
         ex.cache = "bypass"
         svc.metrics.cache.labels("bypass").inc()
@@ -76,15 +82,15 @@ async def cache_get(svc: Services, key: str, ex: Exchange | None = None) -> byte
 
 
 async def semantic_get(
-    svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exchange, protocol: str = "chat"
+    svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exchange, answers: str = "chat"
 ) -> SemanticResult | None:
     """After an exact miss, on routes with ``semantic_cache.enabled``: embed once, look up
-    among the entries of the same ``protocol`` ("chat", "messages": their answers differ in
-    shape). Any failure (model, Redis) is a miss, never a failed request."""
+    among the entries whose answers have the same shape (``answers``: "chat", "messages").
+    Any failure (model, Redis) is a miss, never a failed request."""
     if not plan.policy.semantic_cache.enabled:
         return None
     try:
-        sem = await svc.semantic.lookup(svc.policy, plan.name, ex.principal.tenant, body, protocol)
+        sem = await svc.semantic.lookup(svc.policy, plan.name, ex.principal.tenant, body, answers)
     except Exception:
         log.exception("semantic cache lookup failed; served as a miss")
         svc.metrics.cache.labels("semantic_miss").inc()
@@ -112,31 +118,17 @@ def store(svc: Services, plan: RoutePlan, ex: Exchange, key: str, payload: bytes
             log.exception("semantic cache store failed")
 
 
-def replay(svc: Services, hit: bytes, req: ChatRequest, ex: Exchange, status: str) -> Reply:
+async def replay(svc: Services, inbound: Inbound, hit: bytes, ex: Exchange, status: str) -> Reply:
+    """A cached answer (exact or semantic hit) in the client's protocol, metered at cost 0;
+    the row committed before the client sees the end."""
     ex.cache = status
     hit = unwrap(hit, ex)
-    completion = orjson.loads(hit)
-    usage = read_usage(completion.get("usage"))
+    cached = orjson.loads(hit)
+    usage = inbound.cached_usage(cached)
     if usage is None or usage.input_tokens is None:  # first metered by estimate: again, for the baseline
         baseline = ex.plan.baseline if ex.plan else None
-        model = baseline.upstream_model if baseline is not None else req.model
-        usage = estimate_usage(req.body, completion, model, usage)
+        model = baseline.upstream_model if baseline is not None else inbound.record.model
+        usage = estimate_usage(inbound.record.body, cached, model, usage)
     ex.usage, ex.target = usage, None
     record(svc, ex)
-    if not req.stream:
-        return Reply(headers(ex), body=hit)
-    chunks = completion_to_chunks(completion, req.include_usage)
-
-    async def frames() -> AsyncIterator[bytes]:
-        for chunk in chunks:
-            yield sse(chunk)
-        yield DONE
-
-    return Reply(headers(ex), stream=frames())
-
-
-def cacheable(body: dict[str, Any]) -> bool:
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices:
-        return False
-    return all(c.get("finish_reason") in ("stop", "tool_calls", "length") for c in choices)
+    return await durable(ex, await inbound.replay(cached, hit, ex))

@@ -2,8 +2,11 @@
 classifier -> budget reservation -> provider (retries, fallbacks, breakers, engine spill-over)
 -> metering (flow/metering.py) -> caches. Streams continue in flow/stream.py.
 
-Handlers call ``chat`` / ``passthrough`` with the ``Services`` they read once and the
-request's ``Exchange``; nothing here knows HTTP, and I/O happens only through core.ports."""
+Every chat-like protocol takes the same steps: handlers call ``serve`` with the request's
+protocol adapter (gateway/flow/adapters/), which translated the wire body once into the
+``RequestRecord`` the steps read and renders the answer back; embeddings and completions
+models call ``passthrough``. Nothing here knows HTTP, and I/O happens only through
+core.ports."""
 
 from __future__ import annotations
 
@@ -19,13 +22,15 @@ from gateway.cache.semantic_key import last_user_text
 from gateway.core.errors import InternalError, SwitchyardError
 from gateway.core.ports import Provider
 from gateway.core.redact import redact
-from gateway.core.types import ChatRequest, RawResult, Target
+from gateway.core.request import RequestRecord
+from gateway.core.types import RawResult, Target
 from gateway.flow import caching
+from gateway.flow.adapters.base import Inbound
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import durable, record
 from gateway.flow.reply import Reply, headers
 from gateway.flow.services import Services
-from gateway.flow.stream import open_chat_stream
+from gateway.flow.stream import open_stream
 from gateway.flow.upstream import attempt, metered
 from gateway.routing.params import apply_params
 from gateway.routing.plan import RoutePlan
@@ -36,40 +41,48 @@ log = logging.getLogger("switchyard")
 
 
 # --------------------------------------------------------------------------- entry points
-async def chat(svc: Services, req: ChatRequest, ex: Exchange, endpoint: str = "chat") -> Reply:
-    """``endpoint``: what the ledger calls it ("completions" for a legacy request over chat)."""
-    ex.endpoint, ex.requested, ex.stream = endpoint, req.model, req.stream
+async def serve(svc: Services, inbound: Inbound, ex: Exchange) -> Reply:
+    """Any chat-like request (chat, completions over chat, Messages, Responses), as its
+    protocol's adapter translated it: the same steps whatever the protocol."""
+    ex.endpoint, ex.requested, ex.stream = inbound.endpoint, inbound.model, inbound.stream
     async with guarded(svc, ex):
-        plan = await admit(svc, req.model, ex, "chat", req.body)
-        ex.conversation = conversation_key(ex.principal.tenant, plan.name, req.body)
-        body = apply_params(req.body, plan.policy.params)
-        key = caching.cache_key(svc, plan, body, ex)
+        await inbound.prepare(ex)
+        rec = inbound.record
+        plan = await admit(svc, rec, ex)
+        ex.conversation = conversation_key(ex.principal.tenant, plan.name, rec.body, rec.conversation_hint)
+        inbound.apply(plan.policy.params)
+        rec = inbound.record
+        key = caching.cache_key(svc, plan, inbound, ex)
         if key is not None and ex.cache == "miss":
             hit = await caching.cache_get(svc, key, ex)
             if hit is not None:
-                return await durable(ex, caching.replay(svc, hit, req, ex, "hit"))
-            sem = await caching.semantic_get(svc, plan, body, ex)
+                return await caching.replay(svc, inbound, hit, ex, "hit")
+            sem = await caching.semantic_get(svc, plan, rec.body, ex, inbound.answers)
             if sem is not None and sem.lookup.payload is not None:
-                return await durable(ex, caching.replay(svc, sem.lookup.payload, req, ex, "semantic_hit"))
-        plan = await _classify(svc, plan, body, ex)
-        plan = await reserve(svc, plan, body, ex)
-        if req.stream:
-            return await open_chat_stream(svc, plan, body, req, ex, key)
-        result = await attempt(svc, plan, ex, lambda p, t, s: p.chat(body, t, s))
-        ex.usage = metered(svc, body, result.body, ex, result.usage)
-        payload = orjson.dumps(result.body)
-        log_exchange(svc.policy, ex.request_id, ex.principal.tenant, body, result.body)
-        if key is not None and caching.cacheable(result.body):
-            caching.store(svc, plan, ex, key, payload)
+                return await caching.replay(svc, inbound, sem.lookup.payload, ex, "semantic_hit")
+        plan = await classify(svc, plan, rec, ex)
+        plan = await reserve(svc, plan, rec.body, ex)
+        if rec.stream:
+            return await open_stream(svc, plan, inbound, ex, key)
+        answer = await attempt(svc, plan, ex, inbound.call)
+        ex.usage = metered(svc, rec.body, answer.completion, ex, answer.usage)
+        payload = await inbound.render(answer, ex)
+        log_exchange(svc.policy, ex.request_id, ex.principal.tenant, rec.body, answer.completion)
+        if key is not None:
+            cached = inbound.cached(answer, ex.usage)
+            if cached is not None:
+                caching.store(svc, plan, ex, key, cached)
     record(svc, ex)
-    return await durable(ex, Reply(headers(ex), body=payload))
+    return await durable(ex, Reply(inbound.headers(ex), body=payload))
 
 
 async def passthrough(svc: Services, endpoint: str, body: dict[str, Any], ex: Exchange) -> Reply:
-    """/v1/completions and /v1/embeddings: routed, retried, metered; not cached."""
+    """/v1/embeddings, and /v1/completions to a model of kind ``completions``: routed,
+    limited, reserved, retried, metered like every request; not cached, never streamed."""
     ex.endpoint, ex.requested = endpoint, str(body.get("model"))
     async with guarded(svc, ex):
-        plan = await admit(svc, body.get("model"), ex, endpoint, body)
+        rec = RequestRecord(endpoint, ex.requested, body, stream=False)
+        plan = await admit(svc, rec, ex, kind=endpoint)
         body = apply_params(body, plan.policy.params)
         plan = await reserve(svc, plan, body, ex)
 
@@ -86,38 +99,28 @@ async def passthrough(svc: Services, endpoint: str, body: dict[str, Any], ex: Ex
 
 
 # --------------------------------------------------------------------------- steps
-async def admit(
-    svc: Services,
-    model: object,
-    ex: Exchange,
-    kind: str,
-    body: dict[str, Any] | None = None,
-    *,
-    with_params: bool = True,
-) -> RoutePlan:
-    """Route the request, then apply the rate limits. With shared (Redis) limits and the
-    request's ``body`` (as ``reserve`` will be given it: the route's params applied here
-    unless ``with_params`` is False), the budget reservation ``reserve`` will need is taken
-    in the same round trip (routes with a classifier excepted: their plan is known only later)."""
-    plan = ex.plan = svc.router.resolve(model, ex.principal, kind)
+async def admit(svc: Services, rec: RequestRecord, ex: Exchange, kind: str = "chat") -> RoutePlan:
+    """Route the request, then apply the rate limits. With shared (Redis) limits the budget
+    reservation ``reserve`` will need (on the body with the route's params) is taken in the
+    same round trip (routes with a classifier excepted: their plan is known only later)."""
+    plan = ex.plan = svc.router.resolve(rec.model, ex.principal, kind)
     svc.router.require_targets(plan)  # refused with the route known: its row names it
     who = ex.principal
-    if body is None or plan.auto is not None or not svc.limits.shared:
+    if plan.auto is not None or not svc.limits.shared:
         await svc.limits.admit(svc.policy, who.tenant, who.key_id)
         return plan
     cands = _candidates(svc, plan, ex)[1]
-    if with_params:
-        body = apply_params(body, plan.policy.params)
+    body = apply_params(rec.body, plan.policy.params)
     ex.reservation = await svc.limits.admit(svc.policy, who.tenant, who.key_id, body=body, candidates=cands)
     return plan
 
 
-async def _classify(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exchange) -> RoutePlan:
+async def classify(svc: Services, plan: RoutePlan, rec: RequestRecord, ex: Exchange) -> RoutePlan:
     """Routes with a classifier: score the last user message (reusing the semantic cache's
     vector) and try the tier the score picks first (gateway/routing/tiers.py)."""
     if plan.auto is None:
         return plan
-    choice = await plan.auto.choose(plan, last_user_text(body), ex.embedding, svc.semantic.embedder)
+    choice = await plan.auto.choose(plan, last_user_text(rec.body), ex.embedding, svc.semantic.embedder)
     ex.classifier_score, ex.route_decision = choice.score, choice.tier
     svc.metrics.route_decisions.labels(plan.name, choice.tier).inc()
     ex.plan = choice.plan

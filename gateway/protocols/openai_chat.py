@@ -1,5 +1,5 @@
 """OpenAI chat and embeddings in: wire models for request validation (and the OpenAPI
-document), and the translation of a valid chat body into the internal ``ChatRequest``.
+document); the chat adapter (gateway/flow/adapters/chat.py) makes the request record.
 
 The models check the fields Switchyard or an upstream would trip over and allow every other field
 (``extra="allow"``): unknown fields pass through to OpenAI-compatible upstreams. The handler
@@ -21,7 +21,6 @@ from pydantic import (
 )
 
 from gateway.core.errors import BadRequestError
-from gateway.core.types import ChatRequest
 
 # A JSON number, as OpenAI types it: an integer or a float, never a bool or a numeric string
 # (``temperature: true`` or ``top_p: "1"`` is refused, naming the field, not forwarded).
@@ -160,13 +159,3 @@ def validate(model: type[BaseModel], data: Any) -> None:
         if err["type"] == "missing":
             raise BadRequestError(f"Missing required parameter: '{param}'", param=param) from None
         raise BadRequestError(f"Invalid value for '{param}': {err['msg']}", param=param) from None
-
-
-def chat_request(data: dict[str, Any]) -> ChatRequest:
-    """A validated chat body (``validate(ChatCompletionRequest, data)``) as the internal request."""
-    opts = data.get("stream_options")
-    return ChatRequest(
-        body=data,
-        stream=bool(data.get("stream")),
-        include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
-    )

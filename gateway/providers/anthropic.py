@@ -1,8 +1,10 @@
 """Anthropic's Messages API (``POST /v1/messages``), spoken for OpenAI-shaped requests.
 
-The wire translation lives in ``anthropic_wire`` (requests, complete responses) and
-``anthropic_stream`` (SSE events -> chunks); this module only does HTTP: headers, timeouts,
-SSE framing and the mapping of failures to the error tree (through ``providers.http``).
+The wire translation is the Anthropic format of ``gateway.protocols``, shared with the inbound
+Messages adapter: ``anthropic_outbound`` (requests, complete responses) and
+``anthropic_events.StreamTranslator`` (SSE events -> chunks). This module only does HTTP:
+headers, timeouts, SSE framing and the mapping of failures to the error tree (through
+``providers.http``).
 Neither the API key nor the request's content ever appears in an error message.
 """
 
@@ -17,14 +19,14 @@ import orjson
 
 from gateway.core.errors import UpstreamError
 from gateway.core.types import ChatResult, RawResult, Target, Usage, usage_from_anthropic
-from gateway.providers import http
-from gateway.providers.anthropic_stream import StreamTranslator
-from gateway.providers.anthropic_wire import (
+from gateway.protocols.anthropic_events import StreamTranslator
+from gateway.protocols.anthropic_outbound import (
     MalformedResponseError,
     add_cache_breakpoints,
     from_anthropic_response,
     to_anthropic_request,
 )
+from gateway.providers import http
 from gateway.providers.h1 import H1Error, H1Stream, LazyPool
 from gateway.providers.sse import EventStream, TypedEventStream
 
@@ -64,11 +66,13 @@ class AnthropicProvider:
     def _headers_for(self, stream: bool) -> dict[str, str]:
         return {**self._headers, "accept": "text/event-stream" if stream else "application/json"}
 
-    async def _post_json(self, payload: bytes, headers: Mapping[str, str], timeout: float) -> Any:
+    async def _post_json(
+        self, payload: bytes, headers: Mapping[str, str], timeout: float, path: str = "/v1/messages"
+    ) -> Any:
         """POST ``payload``; the parsed JSON body of a 200, or the error tree's error."""
         pool = self._pool.get()
         try:
-            resp = await pool.post("/v1/messages", payload, headers, http.MAX_RESPONSE_BYTES, timeout)
+            resp = await pool.post(path, payload, headers, http.MAX_RESPONSE_BYTES, timeout)
         except _TRANSPORT_ERRORS as exc:
             raise http.transport_error(self.name, exc) from None
         if resp.status != 200:
@@ -138,6 +142,16 @@ class AnthropicProvider:
         if not isinstance(parsed, dict) or parsed.get("type") != "message":
             raise http.bad_response(self.name, "not an Anthropic message object")
         return RawResult(parsed, http.checked_usage(usage_from_anthropic(parsed.get("usage"))) or Usage())
+
+    async def count_tokens(
+        self, body: dict[str, Any], target: Target, timeout: float, forwarded: Mapping[str, str]
+    ) -> int | None:
+        """``/v1/messages/count_tokens`` upstream: the provider's own count of the body."""
+        payload = orjson.dumps({**body, "model": target.upstream_model})
+        headers = self._pass_headers(False, forwarded)
+        parsed = await self._post_json(payload, headers, timeout, "/v1/messages/count_tokens")
+        count = parsed.get("input_tokens") if isinstance(parsed, dict) else None
+        return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
     async def messages_stream(
         self,

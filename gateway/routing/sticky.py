@@ -22,10 +22,12 @@ import orjson
 from gateway.routing.plan import RoutePlan
 
 
-def conversation_key(tenant: str, route: str, body: dict[str, Any]) -> str | None:
-    """The conversation a chat or Messages body belongs to, or None (a one-message request
-    without a system prompt or explicit key starts nothing worth keeping)."""
-    explicit = body.get("prompt_cache_key")
+def conversation_key(tenant: str, route: str, body: dict[str, Any], hint: str | None = None) -> str | None:
+    """The conversation a request's chat body belongs to, or None (a one-message request
+    without a system prompt or explicit key starts nothing worth keeping). ``hint``: an
+    explicit key the wire protocol carries outside the chat body (Anthropic's
+    ``metadata.user_id``)."""
+    explicit = hint or body.get("prompt_cache_key")
     meta = body.get("metadata")
     if not explicit and isinstance(meta, dict):
         explicit = meta.get("user_id")

@@ -1,0 +1,72 @@
+"""The typed request record: one per request, whatever protocol it came in.
+
+An inbound adapter (gateway/flow/adapters/) validates its wire body and translates it once
+into this record; every step of the one pipeline (plan, limits, caches, model choice, budget
+reservation, attempts, metering) reads its facts from here, never from the wire body. The
+adapter keeps the wire body for a same-protocol pass-through; the record carries the facts.
+
+``body`` is the request as an OpenAI chat body: the form the token counter, the cache keys,
+the embedder and the classifier read, and what a chat upstream gets. Every part of the wire
+request is in it (system prompts, tools, tool results; blocks a chat upstream cannot take as
+their JSON text), so a budget counts an Anthropic or Responses request as it counts its chat
+twin."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+from gateway.core.record import record
+
+
+@record
+class RequestRecord:
+    protocol: str  # "chat" | "completions" | "messages" | "responses"
+    model: str  # what the client sent as ``model``
+    body: dict[str, Any]  # the request as an OpenAI chat body (route params applied by the flow)
+    stream: bool
+    include_usage: bool = False  # chat: stream_options.include_usage
+    conversation_hint: str | None = None  # an explicit conversation key (prompt_cache_key, user_id...)
+    task_header: str | None = None  # x-switchyard-task
+    dropped: tuple[str, ...] = ()  # what a chat upstream has no place for (x-switchyard-dropped)
+
+    @property
+    def n(self) -> int:
+        """How many answers the request asks for."""
+        n = self.body.get("n")
+        return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+
+    @property
+    def max_output(self) -> int | None:
+        """The output tokens the request allows (None: the model's own limit)."""
+        for name in ("max_completion_tokens", "max_tokens"):
+            value = self.body.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling parameters the request carries (after the route's params)."""
+        return {k: self.body[k] for k in SAMPLING if self.body.get(k) is not None}
+
+    def task(self) -> str:
+        """What the request is for, per tenant: the ``x-switchyard-task`` header, else a
+        fingerprint of its system prompt and tool names (``sys:<16 hex>``)."""
+        if self.task_header:
+            return self.task_header
+        system = [m.get("content") for m in self.body.get("messages") or () if _is_system(m)]
+        tools = [
+            (t.get("function") or {}).get("name") if isinstance(t, dict) else None
+            for t in self.body.get("tools") or ()
+        ]
+        raw = orjson.dumps([system, tools])
+        return "sys:" + hashlib.blake2b(raw, digest_size=8).hexdigest()
+
+
+SAMPLING = ("temperature", "top_p", "top_k", "seed", "stop", "presence_penalty", "frequency_penalty")
+
+
+def _is_system(message: Any) -> bool:
+    return isinstance(message, dict) and message.get("role") in ("system", "developer")

@@ -1,0 +1,1 @@
+"""Inbound protocol adapters: one per wire protocol, each feeding the one pipeline."""
