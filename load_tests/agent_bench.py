@@ -1,7 +1,7 @@
 """Agent-traffic benchmark: the Anthropic Messages and OpenAI Responses surfaces beside chat,
 in the same run.
 
-    python -m load_tests.agent_bench [--quick] [--out DIR]
+    python -m load_tests.agent_bench [--quick] [--out DIR] [--gateway-root TREE]
 
 Starts the zero-latency mock (OpenAI and Anthropic wire formats on one port) and
 ``switchyard serve`` pinned like ``load_tests.bench``, then for each protocol measures the
@@ -183,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--rps", type=float, default=100.0, help="open-loop rate (lower on a shared machine)")
     p.add_argument("--clients", type=int, default=32, help="closed-loop clients")
+    p.add_argument(
+        "--gateway-root",
+        type=Path,
+        default=None,
+        help="run the gateway code of this source tree (e.g. a git worktree of an older commit)",
+    )
     args = p.parse_args(argv)
     load = Load(args.quick, args.rps, args.clients)
     gw_cpus, load_cpus = _cpu_plan(False)
@@ -197,7 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="switchyard-agent-bench-") as home:
             gateway, key = GatewayProcess.start(
-                Path(home), mock.port, secrets.token_hex(16), gw_cpus, policy_template=POLICY
+                Path(home),
+                mock.port,
+                secrets.token_hex(16),
+                gw_cpus,
+                policy_template=POLICY,
+                root=args.gateway_root,
             )
             try:
                 loop = new_event_loop()
@@ -216,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "rps": args.rps,
         "clients": args.clients,
+        "gateway_root": str(args.gateway_root) if args.gateway_root else None,
         "machine": machine,
         "rows": rows,
     }

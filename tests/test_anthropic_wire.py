@@ -8,13 +8,13 @@ import pytest
 
 from gateway.core.errors import BadRequestError, StreamBrokenError
 from gateway.core.types import Usage
-from gateway.providers.anthropic_stream import StreamTranslator
-from gateway.providers.anthropic_wire import (
+from gateway.protocols.anthropic_events import StreamTranslator
+from gateway.protocols.anthropic_format import usage_from_anthropic
+from gateway.protocols.anthropic_outbound import (
     DEFAULT_MAX_TOKENS,
     MalformedResponseError,
     from_anthropic_response,
     to_anthropic_request,
-    usage_from_anthropic,
 )
 
 MODEL = "claude-test-1"

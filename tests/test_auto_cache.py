@@ -7,7 +7,11 @@ from __future__ import annotations
 from decimal import Decimal
 from pathlib import Path
 
-from gateway.providers.anthropic_wire import MIN_CACHEABLE_CHARS, add_cache_breakpoints, to_anthropic_request
+from gateway.protocols.anthropic_outbound import (
+    MIN_CACHEABLE_CHARS,
+    add_cache_breakpoints,
+    to_anthropic_request,
+)
 from load_tests.mock_upstream import MockUpstream
 from tests.gateway_harness import mock_policy, start_gateway
 

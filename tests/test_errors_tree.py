@@ -13,7 +13,7 @@ import gateway
 from gateway.config.loader import PolicyError
 from gateway.core.errors import ServiceUnavailableError, SwitchyardError, UpstreamError
 from gateway.ledger.db import LedgerUnavailable
-from gateway.providers.anthropic_wire import MalformedResponseError
+from gateway.protocols.anthropic_outbound import MalformedResponseError
 from gateway.routing.classifier import ClassifierError
 
 
@@ -35,7 +35,7 @@ def test_every_exception_class_of_the_gateway_is_a_switchyard_error() -> None:
     assert {  # the walk does find the ones defined outside core.errors
         "gateway.config.loader.PolicyError",
         "gateway.ledger.db.LedgerUnavailable",
-        "gateway.providers.anthropic_wire.MalformedResponseError",
+        "gateway.protocols.anthropic_outbound.MalformedResponseError",
         "gateway.routing.classifier.ClassifierError",
     } <= names
     outside = sorted(

@@ -349,7 +349,7 @@ def test_anthropic_mid_stream_error_event_echoing_the_key_is_scrubbed() -> None:
     sees (pipeline._relay relays the exception message). The mock cannot inject such an event,
     so this drives the pure stream translator directly."""
     from gateway.core.errors import StreamBrokenError
-    from gateway.providers.anthropic_stream import StreamTranslator
+    from gateway.protocols.anthropic_events import StreamTranslator
 
     translator = StreamTranslator("claude-mock", provider="mock-anthropic")
     translator.feed("message_start", {"type": "message_start", "message": {"id": "msg_1", "usage": {}}})

@@ -74,8 +74,8 @@ class ProviderPolicy(_Strict):
     affinity: AffinityPolicy = Field(default_factory=AffinityPolicy)
     load: EngineLoadPolicy | None = None  # probe vLLM /metrics and spill over when saturated
     # Anthropic, for chat-completions clients: mark the stable prefix (system, tools, earlier
-    # turns) with cache_control when it is long enough to be cached (gateway/providers/
-    # anthropic_wire.py, add_cache_breakpoints, says when a write pays for itself).
+    # turns) with cache_control when it is long enough to be cached (gateway/protocols/
+    # anthropic_outbound.py, add_cache_breakpoints, says when a write pays for itself).
     auto_cache_control: bool = False
     # Speaks the OpenAI Responses API (``POST {base_url}/responses``): /v1/responses requests
     # routed here are passed through (body unchanged but ``model``, events relayed as sent)

@@ -14,9 +14,8 @@ twin."""
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
-
-import orjson
 
 from gateway.core.record import record
 
@@ -61,7 +60,7 @@ class RequestRecord:
             (t.get("function") or {}).get("name") if isinstance(t, dict) else None
             for t in self.body.get("tools") or ()
         ]
-        raw = orjson.dumps([system, tools])
+        raw = json.dumps([system, tools], ensure_ascii=False, separators=(",", ":")).encode()
         return "sys:" + hashlib.blake2b(raw, digest_size=8).hexdigest()
 
 

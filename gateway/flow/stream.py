@@ -110,9 +110,8 @@ async def relay(
     then the closing frames go out. A cut or an upstream error ends with the encoder's error
     frame, a bug with an internal error's, never a clean end; a client that left is a 499."""
     stream, iterator, first = opened
-    deadline_s = plan.policy.deadline_s
-    deadline = ex.started + deadline_s
     body = inbound.record.body
+    clock = Deadline(ex.started + plan.policy.deadline_s)
     ex.status = "client_disconnected"  # until proven otherwise
     try:
         ex.ttft = time.perf_counter() - ex.started
@@ -121,14 +120,25 @@ async def relay(
             yield out
         relayed = 0
         done = False
-        async for item in iterator:
+        while True:
+            if clock.expired:
+                raise _past_deadline(plan)
+            clock.waiting = True
+            try:
+                item = await anext(iterator)
+            except StopAsyncIteration:
+                break
+            except asyncio.CancelledError:
+                if clock.cut():
+                    raise _past_deadline(plan) from None
+                raise
+            finally:
+                clock.waiting = False
             relayed += 1
             if relayed % YIELD_EVERY == 0:
                 # A fast upstream and a client that left never suspend this task (a send to a
                 # closed connection returns at once): give the disconnect watcher its turn.
                 await asyncio.sleep(0)
-            if time.perf_counter() > deadline:
-                raise UpstreamTimeoutError(f"deadline of {deadline_s:g}s for '{plan.name}' exceeded")
             if not done and encoder.last(item):
                 done = True
                 closing = await _finish(svc, plan, ex, stream, encoder, body, key)
@@ -149,12 +159,45 @@ async def relay(
         ex.status, ex.http_status, ex.error_code = "stream_broken", error.status, error.code
         yield encoder.error(error)
     finally:
+        clock.cancel()
         if not ex.recorded:  # broken or abandoned (an ok stream was recorded at its end)
             ex.usage = metered(svc, body, encoder.completion(), ex, stream.usage)
             if ex.status == "client_disconnected":
                 ex.http_status = 499
             record(svc, ex)
         await stream.aclose()
+
+
+class Deadline:
+    """A stream's deadline: one timer for the whole stream (not one per item). Past it, a
+    wait for the next upstream item is cut (even a stalled upstream that keeps its
+    connection open) and the next wait fails at once; a relay busy sending is not cut."""
+
+    __slots__ = ("expired", "handle", "task", "waiting")
+
+    def __init__(self, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.expired = False
+        self.waiting = False
+        self.handle = loop.call_later(max(0.0, deadline - time.perf_counter()), self._fire)
+
+    def _fire(self) -> None:
+        self.expired = True
+        if self.waiting and self.task is not None:
+            self.task.cancel()
+
+    def cut(self) -> bool:
+        """The wait was cancelled by the deadline (not by anything else): True, and the
+        cancellation is taken back."""
+        return self.expired and self.task is not None and self.task.uncancel() == 0
+
+    def cancel(self) -> None:
+        self.handle.cancel()
+
+
+def _past_deadline(plan: RoutePlan) -> UpstreamTimeoutError:
+    return UpstreamTimeoutError(f"deadline of {plan.policy.deadline_s:g}s for '{plan.name}' exceeded")
 
 
 async def _finish(

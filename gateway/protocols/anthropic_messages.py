@@ -13,6 +13,10 @@ Translation decisions (Messages -> chat):
   ``x-switchyard-dropped``: ``thinking`` (the config and earlier turns' thinking blocks),
   ``cache_control`` markers, ``metadata``, ``service_tier``. Anything else that cannot be
   translated (documents, server tools, unknown block types) is a 400 naming the field.
+
+The facts this shares with the outbound direction (chat clients served by Anthropic:
+anthropic_outbound.py) are written once in anthropic_format.py: stop reasons, error types,
+usage, system, images, tools, tool choice, tool calls and tool results.
 """
 
 from __future__ import annotations
@@ -25,25 +29,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from gateway.core.errors import BadRequestError, SwitchyardError
 from gateway.core.types import Usage
+from gateway.protocols import anthropic_format as fmt
+from gateway.protocols.anthropic_format import STOP_REASONS as STOP_REASONS  # re-exported
+from gateway.protocols.anthropic_format import usage_json as usage_json  # re-exported
 
 Number = Annotated[float, Field(strict=False)]
-STOP_REASONS = {
-    "stop": "end_turn",
-    "length": "max_tokens",
-    "tool_calls": "tool_use",
-    "content_filter": "refusal",
-}
 _DROPPED_FIELDS = ("thinking", "metadata", "service_tier", "container", "mcp_servers")
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-}
 
 
 # ----------------------------------------------------------------------------- wire models
@@ -88,24 +79,14 @@ class MessagesRequest(CountTokensRequest):
 # ----------------------------------------------------------------------------- errors
 def error_body(exc: SwitchyardError) -> dict[str, Any]:
     """The Anthropic error shape for any error of the tree."""
-    kind = _ERROR_TYPES.get(exc.status, "api_error" if exc.status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": exc.message}}
+    return {"type": "error", "error": {"type": fmt.error_type(exc.status), "message": exc.message}}
 
 
 def cache_breakpoints(body: dict[str, Any]) -> int:
     """How many ``cache_control`` markers the request carries (the provider allows 4)."""
-    count = 0
-    blocks: list[Any] = []
-    for key in ("system", "tools"):
-        if isinstance(body.get(key), list):
-            blocks += body[key]
-    for msg in body.get("messages") or ():
-        if isinstance(msg, dict) and isinstance(msg.get("content"), list):
-            blocks += msg["content"]
-    for block in blocks:
-        if isinstance(block, dict) and block.get("cache_control") is not None:
-            count += 1
-    return count
+    return sum(
+        1 for b in fmt.cache_blocks(body) if isinstance(b, dict) and b.get("cache_control") is not None
+    )
 
 
 # ----------------------------------------------------------------------------- Messages -> chat
@@ -122,7 +103,7 @@ def to_chat(body: dict[str, Any], *, strict: bool = True) -> tuple[dict[str, Any
     messages: list[dict[str, Any]] = []
     system = body.get("system")
     if system:
-        messages.append({"role": "system", "content": _text_of(system, "system", dropped)})
+        messages.append({"role": "system", "content": fmt.system_to_chat(system, "system", dropped)})
     for i, msg in enumerate(body["messages"]):
         messages += _chat_messages(msg, f"messages[{i}]", dropped)
     out: dict[str, Any] = {"model": body["model"], "messages": messages, "max_tokens": body["max_tokens"]}
@@ -134,10 +115,10 @@ def to_chat(body: dict[str, Any], *, strict: bool = True) -> tuple[dict[str, Any
     if body.get("stream"):
         out["stream"] = True
     if body.get("tools"):
-        out["tools"] = [_chat_tool(t, f"tools[{i}]", dropped) for i, t in enumerate(body["tools"])]
+        out["tools"] = [fmt.tool_to_chat(t, f"tools[{i}]", dropped) for i, t in enumerate(body["tools"])]
     choice = body.get("tool_choice")
     if isinstance(choice, dict):
-        out["tool_choice"] = _chat_tool_choice(choice)
+        out["tool_choice"] = fmt.tool_choice_to_chat(choice)
         if choice.get("disable_parallel_tool_use"):
             out["parallel_tool_calls"] = False
     return out, sorted(set(dropped))
@@ -165,7 +146,7 @@ def _lenient(body: dict[str, Any]) -> dict[str, Any]:
     tools = []
     for i, tool in enumerate(body.get("tools") or ()):
         try:
-            tools.append(_chat_tool(tool, f"tools[{i}]", []))
+            tools.append(fmt.tool_to_chat(tool, f"tools[{i}]", []))
         except BadRequestError:  # a server tool: its JSON, as a function the counter reads
             fn = {"name": str(tool.get("name") or tool.get("type")), "description": json.dumps(tool)}
             tools.append({"type": "function", "function": fn})
@@ -187,23 +168,6 @@ def _loose_text(content: Any) -> str:
     return "\n\n".join(parts)
 
 
-def _note_cache(block: dict[str, Any], dropped: list[str]) -> None:
-    if block.get("cache_control") is not None:
-        dropped.append("cache_control")
-
-
-def _text_of(content: Any, where: str, dropped: list[str]) -> str:
-    if isinstance(content, str):
-        return content
-    parts = []
-    for j, block in enumerate(content):
-        if block.get("type") != "text" or not isinstance(block.get("text"), str):
-            raise BadRequestError(f"{where}[{j}]: only text blocks can be sent here", param=f"{where}[{j}]")
-        _note_cache(block, dropped)
-        parts.append(block["text"])
-    return "\n\n".join(parts)
-
-
 def _chat_messages(msg: dict[str, Any], where: str, dropped: list[str]) -> list[dict[str, Any]]:
     content = msg["content"]
     if isinstance(content, str):
@@ -214,20 +178,14 @@ def _chat_messages(msg: dict[str, Any], where: str, dropped: list[str]) -> list[
     parts: list[dict[str, Any]] = []
     for j, block in enumerate(content):
         at = f"{where}.content[{j}]"
-        _note_cache(block, dropped)
+        fmt.note_cache(block, dropped)
         kind = block.get("type")
         if kind == "tool_result":
-            out.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": _str(block, "tool_use_id", at),
-                    "content": _result(block, at),
-                }
-            )
+            out.append(fmt.tool_result_to_chat(block, at))
         elif kind == "text":
-            parts.append({"type": "text", "text": _str(block, "text", at)})
+            parts.append({"type": "text", "text": fmt.required_str(block, "text", at)})
         elif kind == "image":
-            parts.append(_image(block, at))
+            parts.append(fmt.image_to_chat(block, at))
         else:
             raise BadRequestError(f"{at}: a '{kind}' block cannot be sent to this model's upstream", param=at)
     if parts:
@@ -241,82 +199,20 @@ def _assistant(content: list[dict[str, Any]], where: str, dropped: list[str]) ->
     calls: list[dict[str, Any]] = []
     for j, block in enumerate(content):
         at = f"{where}.content[{j}]"
-        _note_cache(block, dropped)
+        fmt.note_cache(block, dropped)
         kind = block.get("type")
         if kind == "text":
-            texts.append(_str(block, "text", at))
+            texts.append(fmt.required_str(block, "text", at))
         elif kind == "tool_use":
-            args = json.dumps(block.get("input") or {}, ensure_ascii=False)
-            fn = {"name": _str(block, "name", at), "arguments": args}
-            calls.append({"id": _str(block, "id", at), "type": "function", "function": fn})
+            calls.append(fmt.tool_use_to_chat(block, at))
         elif kind in ("thinking", "redacted_thinking"):
             dropped.append("thinking")
         else:
             raise BadRequestError(f"{at}: a '{kind}' block cannot be sent to this model's upstream", param=at)
-    out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
-    if calls:
-        out["tool_calls"] = calls
-    return out
-
-
-def _str(block: dict[str, Any], key: str, at: str) -> str:
-    value = block.get(key)
-    if not isinstance(value, str):
-        raise BadRequestError(f"{at}.{key}: a string is required", param=f"{at}.{key}")
-    return value
-
-
-def _result(block: dict[str, Any], at: str) -> str:
-    content = block.get("content")
-    if content is None or isinstance(content, str):
-        text = content or ""
-    elif isinstance(content, list) and all(isinstance(b, dict) and b.get("type") == "text" for b in content):
-        text = "\n\n".join(str(b.get("text", "")) for b in content)
-    else:
-        raise BadRequestError(f"{at}.content: only text tool results can be sent here", param=f"{at}.content")
-    return f"Error: {text}" if block.get("is_error") else text
-
-
-def _image(block: dict[str, Any], at: str) -> dict[str, Any]:
-    src = block.get("source")
-    if isinstance(src, dict) and src.get("type") == "base64" and isinstance(src.get("data"), str):
-        url = f"data:{src.get('media_type', 'image/png')};base64,{src['data']}"
-    elif isinstance(src, dict) and src.get("type") == "url" and isinstance(src.get("url"), str):
-        url = src["url"]
-    else:
-        raise BadRequestError(f"{at}.source: a base64 or url image source is required", param=f"{at}.source")
-    return {"type": "image_url", "image_url": {"url": url}}
-
-
-def _chat_tool(tool: dict[str, Any], at: str, dropped: list[str]) -> dict[str, Any]:
-    if tool.get("type") not in (None, "custom"):
-        raise BadRequestError(f"{at}: server tool '{tool.get('type')}' needs an Anthropic upstream", param=at)
-    _note_cache(tool, dropped)
-    fn: dict[str, Any] = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
-    if tool.get("description"):
-        fn["description"] = tool["description"]
-    return {"type": "function", "function": fn}
-
-
-def _chat_tool_choice(choice: dict[str, Any]) -> Any:
-    kind = choice["type"]
-    if kind == "tool":
-        return {"type": "function", "function": {"name": choice.get("name")}}
-    return {"any": "required", "none": "none"}.get(kind, "auto")
+    return fmt.assistant_message(texts, calls)
 
 
 # ----------------------------------------------------------------------------- chat -> Messages
-def usage_json(usage: Usage) -> dict[str, Any]:
-    """Anthropic usage: ``input_tokens`` excludes cache reads and writes (counted apart)."""
-    read, write = usage.cached_input_tokens or 0, usage.cache_write_tokens or 0
-    return {
-        "input_tokens": max(0, (usage.input_tokens or 0) - read - write),
-        "output_tokens": usage.output_tokens or 0,
-        "cache_read_input_tokens": read,
-        "cache_creation_input_tokens": write,
-    }
-
-
 def from_chat(completion: dict[str, Any], model: str, usage: Usage) -> dict[str, Any]:
     """An OpenAI chat completion as an Anthropic message (first choice)."""
     choices = completion.get("choices") or [{}]
@@ -328,12 +224,7 @@ def from_chat(completion: dict[str, Any], model: str, usage: Usage) -> dict[str,
     for call in msg.get("tool_calls") or ():
         fn = call.get("function") or {}
         content.append(
-            {
-                "type": "tool_use",
-                "id": call.get("id") or "toolu_sy",
-                "name": fn.get("name") or "",
-                "input": _arguments(fn.get("arguments")),
-            }
+            fmt.tool_use(call.get("id") or "toolu_sy", fn.get("name") or "", _arguments(fn.get("arguments")))
         )
     return {
         "id": message_id(completion.get("id")),
@@ -341,7 +232,7 @@ def from_chat(completion: dict[str, Any], model: str, usage: Usage) -> dict[str,
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": STOP_REASONS.get(choice.get("finish_reason") or "stop", "end_turn"),
+        "stop_reason": fmt.stop_reason(choice.get("finish_reason")),
         "stop_sequence": None,
         "usage": usage_json(usage),
     }

@@ -131,7 +131,8 @@ class Inbound:
         body = apply_params(self.record.body, params)
         if body is not self.record.body:
             self.record = _with_body(self.record, body)
-            self.wire = apply_params(self.wire, params, self.names) if self.names is not None else body
+            if self.names is not None:  # a protocol of its own: its wire body too, for pass-through
+                self.wire = apply_params(self.wire, params, self.names)
 
     def native(self, target: Target | None) -> bool:
         """The target's provider takes this protocol's wire body unchanged."""

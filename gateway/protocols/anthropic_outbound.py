@@ -1,5 +1,10 @@
-"""OpenAI chat completions <-> Anthropic Messages (requests and complete responses). Pure
-functions, no I/O. Streaming lives in ``anthropic_stream``.
+"""OpenAI chat -> Anthropic Messages, for chat clients served by an Anthropic upstream
+(providers/anthropic.py sends and reads what this writes): a chat request as a Messages
+request (``to_anthropic_request``, ``add_cache_breakpoints``), and the Messages answer as a
+chat completion (``from_anthropic_response``). Pure functions, no I/O. The facts this shares
+with the inbound direction (stop reasons, usage, system, images, tools, tool choice, tool
+calls and results) are in ``anthropic_format``; the answer's stream is read by
+``anthropic_events.StreamTranslator``.
 
 Decisions worth knowing:
 - Fields that change the meaning of a request and that Anthropic cannot honour (``n`` > 1,
@@ -22,33 +27,16 @@ import time
 from typing import Any
 
 from gateway.core.errors import BadRequestError, UpstreamError
-from gateway.core.types import ChatResult, Usage, usage_from_anthropic
+from gateway.core.types import ChatResult, Usage
+from gateway.protocols import anthropic_format as fmt
 
 DEFAULT_MAX_TOKENS = 4096
-
-_FINISH_REASONS = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "pause_turn": "stop",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
-}
 
 
 class MalformedResponseError(UpstreamError):
     """The upstream's body does not look like an Anthropic message (the text is safe to show)."""
 
     code = "upstream_bad_response"
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _bad(message: str, param: str) -> BadRequestError:
-    return BadRequestError(f"{message} (not supported by Anthropic targets)", param=param)
 
 
 # ---------------------------------------------------------------- request: OpenAI -> Anthropic
@@ -83,8 +71,8 @@ def to_anthropic_request(
         out["metadata"] = {"user_id": user}
     tools = body.get("tools")
     if tools:
-        out["tools"] = _tools(tools)
-        choice = _tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"))
+        out["tools"] = fmt.tools_to_anthropic(tools)
+        choice = fmt.tool_choice_to_anthropic(body.get("tool_choice"), body.get("parallel_tool_calls"))
         if choice is not None:
             out["tool_choice"] = choice
     if body.get("stream") if stream is None else stream:
@@ -106,7 +94,7 @@ def add_cache_breakpoints(request: dict[str, Any]) -> dict[str, Any]:
     """``request`` (an Anthropic body) with ``cache_control`` on the last system block, the
     last tool, and the last block of the turn before the newest user message, wherever the
     prefix up to there is long enough to be cached. Client-set markers are left as they are."""
-    if _has_breakpoint(request):
+    if any(isinstance(b, dict) and b.get("cache_control") for b in fmt.cache_blocks(request)):
         return request
     marks: list[dict[str, Any]] = []
     chars = 0
@@ -130,30 +118,22 @@ def add_cache_breakpoints(request: dict[str, Any]) -> dict[str, Any]:
     return request
 
 
-def _has_breakpoint(request: dict[str, Any]) -> bool:
-    blocks = [*(request.get("system") or ()), *(request.get("tools") or ())]
-    for msg in request.get("messages") or ():
-        if isinstance(msg.get("content"), list):
-            blocks += msg["content"]
-    return any(isinstance(b, dict) and b.get("cache_control") for b in blocks)
-
-
 def _reject_unsupported(body: dict[str, Any]) -> None:
     n = body.get("n")
     if n is not None and n != 1:
-        raise _bad("n > 1 (several choices)", "n")
+        raise fmt.unsupported("n > 1 (several choices)", "n")
     if body.get("logprobs"):
-        raise _bad("logprobs", "logprobs")
+        raise fmt.unsupported("logprobs", "logprobs")
     if body.get("top_logprobs"):
-        raise _bad("top_logprobs", "top_logprobs")
+        raise fmt.unsupported("top_logprobs", "top_logprobs")
     if body.get("logit_bias"):
-        raise _bad("logit_bias", "logit_bias")
+        raise fmt.unsupported("logit_bias", "logit_bias")
     for legacy in ("functions", "function_call"):
         if body.get(legacy):
-            raise _bad(f"the legacy '{legacy}' field (use tools)", legacy)
+            raise fmt.unsupported(f"the legacy '{legacy}' field (use tools)", legacy)
     modalities = body.get("modalities")
     if body.get("audio") or (isinstance(modalities, list) and "audio" in modalities):
-        raise _bad("audio output", "modalities")
+        raise fmt.unsupported("audio output", "modalities")
 
 
 def _max_tokens(body: dict[str, Any]) -> int:
@@ -161,22 +141,22 @@ def _max_tokens(body: dict[str, Any]) -> int:
         value = body.get(key)
         if value is None:
             continue
-        if _int(value) is None or value < 1:
+        if fmt.int_or_none(value) is None or value < 1:
             raise BadRequestError(f"'{key}' must be a positive integer", param=key)
         return int(value)
     return DEFAULT_MAX_TOKENS
 
 
-def _response_format_instruction(fmt: Any) -> str | None:
-    if fmt is None:
+def _response_format_instruction(response_format: Any) -> str | None:
+    if response_format is None:
         return None
-    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
     if kind == "text":
         return None
     if kind == "json_object":
         return "Respond with a single valid JSON object only: no prose, no code fences."
     if kind == "json_schema":
-        spec = fmt.get("json_schema")
+        spec = response_format.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, dict) else None
         text = "Respond with a single valid JSON value only: no prose, no code fences."
         if schema is not None:
@@ -196,16 +176,16 @@ def _convert_messages(messages: Any) -> tuple[list[dict[str, Any]], list[dict[st
             raise BadRequestError("each message must be an object", param=where)
         role = msg.get("role")
         if role in ("system", "developer"):
-            system.extend(_system_blocks(msg.get("content"), where))
+            system.extend(fmt.system_to_anthropic(msg.get("content"), where))
             continue
         if role == "user":
             anthropic_role, blocks = "user", _user_blocks(msg.get("content"), where)
         elif role == "assistant":
             anthropic_role, blocks = "assistant", _assistant_blocks(msg, where)
         elif role == "tool":
-            anthropic_role, blocks = "user", [_tool_result(msg, where)]
+            anthropic_role, blocks = "user", [fmt.tool_message_to_anthropic(msg, where)]
         else:
-            raise _bad("this message role", f"{where}.role")
+            raise fmt.unsupported("this message role", f"{where}.role")
         if not blocks:
             continue
         if turns and turns[-1]["role"] == anthropic_role:
@@ -217,72 +197,19 @@ def _convert_messages(messages: Any) -> tuple[list[dict[str, Any]], list[dict[st
     return system, turns
 
 
-def _text_block(part: dict[str, Any], where: str) -> dict[str, Any]:
-    text = part.get("text")
-    if not isinstance(text, str):
-        raise BadRequestError("text content parts need a string 'text'", param=f"{where}.text")
-    block: dict[str, Any] = {"type": "text", "text": text}
-    if "cache_control" in part:
-        block["cache_control"] = part["cache_control"]
-    return block
-
-
-def _parts(content: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
-    if not isinstance(content, list):
-        raise BadRequestError("content must be a string or a list of parts", param=f"{where}.content")
-    out: list[tuple[str, dict[str, Any]]] = []
-    for j, part in enumerate(content):
-        pwhere = f"{where}.content[{j}]"
-        if not isinstance(part, dict):
-            raise BadRequestError("each content part must be an object", param=pwhere)
-        out.append((pwhere, part))
-    return out
-
-
-def _system_blocks(content: Any, where: str) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
-    blocks = []
-    for pwhere, part in _parts(content, where):
-        if part.get("type") != "text":
-            raise _bad("non-text system content", f"{pwhere}.type")
-        blocks.append(_text_block(part, pwhere))
-    return [b for b in blocks if b["text"]]
-
-
 def _user_blocks(content: Any, where: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     blocks = []
-    for pwhere, part in _parts(content, where):
+    for pwhere, part in fmt.chat_parts(content, where):
         kind = part.get("type")
         if kind == "text":
-            blocks.append(_text_block(part, pwhere))
+            blocks.append(fmt.text_to_anthropic(part, pwhere))
         elif kind == "image_url":
-            blocks.append(_image_block(part, pwhere))
+            blocks.append(fmt.image_to_anthropic(part, pwhere))
         else:
-            raise _bad("this content part type", f"{pwhere}.type")
+            raise fmt.unsupported("this content part type", f"{pwhere}.type")
     return blocks
-
-
-def _image_block(part: dict[str, Any], where: str) -> dict[str, Any]:
-    image = part.get("image_url")
-    url = image.get("url") if isinstance(image, dict) else image
-    if not isinstance(url, str):
-        raise BadRequestError("image_url needs a 'url'", param=f"{where}.image_url.url")
-    if url.startswith("data:"):
-        header, sep, data = url[5:].partition(",")
-        if not sep or not header.endswith(";base64"):
-            raise _bad("image data URLs that are not base64", f"{where}.image_url.url")
-        source: dict[str, Any] = {"type": "base64", "media_type": header[: -len(";base64")], "data": data}
-    elif url.startswith(("http://", "https://")):
-        source = {"type": "url", "url": url}
-    else:
-        raise _bad("image URLs other than data:, http: or https:", f"{where}.image_url.url")
-    block: dict[str, Any] = {"type": "image", "source": source}
-    if "cache_control" in part:
-        block["cache_control"] = part["cache_control"]
-    return block
 
 
 def _assistant_blocks(msg: dict[str, Any], where: str) -> list[dict[str, Any]]:
@@ -292,111 +219,23 @@ def _assistant_blocks(msg: dict[str, Any], where: str) -> list[dict[str, Any]]:
         if content:
             blocks.append({"type": "text", "text": content})
     elif content is not None:
-        for pwhere, part in _parts(content, where):
+        for pwhere, part in fmt.chat_parts(content, where):
             if part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
                 blocks.append({"type": "text", "text": part["refusal"]})
             elif part.get("type") == "text":
-                blocks.append(_text_block(part, pwhere))
+                blocks.append(fmt.text_to_anthropic(part, pwhere))
             else:
-                raise _bad("this assistant content part type", f"{pwhere}.type")
+                raise fmt.unsupported("this assistant content part type", f"{pwhere}.type")
         blocks = [b for b in blocks if b["text"]]
     calls = msg.get("tool_calls") or []
     if not isinstance(calls, list):
         raise BadRequestError("'tool_calls' must be a list", param=f"{where}.tool_calls")
     for k, call in enumerate(calls):
-        blocks.append(_tool_use(call, f"{where}.tool_calls[{k}]"))
+        blocks.append(fmt.tool_call_to_anthropic(call, f"{where}.tool_calls[{k}]"))
     return blocks
 
 
-def _tool_use(call: Any, where: str) -> dict[str, Any]:
-    fn = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(call, dict) or call.get("type", "function") != "function" or not isinstance(fn, dict):
-        raise _bad("tool calls other than functions", where)
-    if not isinstance(call.get("id"), str) or not isinstance(fn.get("name"), str):
-        raise BadRequestError("tool calls need an 'id' and a 'function.name'", param=where)
-    arguments = fn.get("arguments") or "{}"
-    try:
-        parsed = json.loads(arguments) if isinstance(arguments, str) else None
-    except ValueError:
-        parsed = None
-    if not isinstance(parsed, dict):
-        raise BadRequestError(
-            "tool call arguments must be a JSON object encoded as a string",
-            param=f"{where}.function.arguments",
-        )
-    return {"type": "tool_use", "id": call["id"], "name": fn["name"], "input": parsed}
-
-
-def _tool_result(msg: dict[str, Any], where: str) -> dict[str, Any]:
-    call_id = msg.get("tool_call_id")
-    if not isinstance(call_id, str):
-        raise BadRequestError("tool messages need a 'tool_call_id'", param=f"{where}.tool_call_id")
-    content = msg.get("content")
-    result: Any
-    if isinstance(content, str):
-        result = content
-    else:
-        result = []
-        for pwhere, part in _parts(content, where):
-            if part.get("type") != "text":
-                raise _bad("non-text tool results", f"{pwhere}.type")
-            result.append(_text_block(part, pwhere))
-    return {"type": "tool_result", "tool_use_id": call_id, "content": result}
-
-
-def _tools(tools: Any) -> list[dict[str, Any]]:
-    if not isinstance(tools, list):
-        raise BadRequestError("'tools' must be a list", param="tools")
-    out = []
-    for k, tool in enumerate(tools):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
-            raise _bad("tools other than functions", f"tools[{k}].type")
-        if not isinstance(fn.get("name"), str):
-            raise BadRequestError("tools need a 'function.name'", param=f"tools[{k}].function.name")
-        params = fn.get("parameters")
-        converted: dict[str, Any] = {
-            "name": fn["name"],
-            "input_schema": params if isinstance(params, dict) else {"type": "object", "properties": {}},
-        }
-        if isinstance(fn.get("description"), str):
-            converted["description"] = fn["description"]
-        if "cache_control" in tool:
-            converted["cache_control"] = tool["cache_control"]
-        out.append(converted)
-    return out
-
-
-def _tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
-    result: dict[str, Any] | None
-    if choice is None:
-        result = None
-    elif choice in ("auto", "none"):
-        result = {"type": choice}
-    elif choice == "required":
-        result = {"type": "any"}
-    elif (
-        isinstance(choice, dict)
-        and choice.get("type") == "function"
-        and isinstance(choice.get("function"), dict)
-        and isinstance(choice["function"].get("name"), str)
-    ):
-        result = {"type": "tool", "name": choice["function"]["name"]}
-    else:
-        raise BadRequestError("unsupported tool_choice", param="tool_choice")
-    if parallel is False:
-        if result is None:
-            result = {"type": "auto"}
-        if result["type"] != "none":
-            result["disable_parallel_tool_use"] = True
-    return result
-
-
 # ---------------------------------------------------------------- response: Anthropic -> OpenAI
-
-
-def finish_reason(stop_reason: Any) -> str:
-    return _FINISH_REASONS.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
 
 
 def from_anthropic_response(msg: Any, model: str, *, created: int | None = None) -> ChatResult:
@@ -417,17 +256,11 @@ def from_anthropic_response(msg: Any, model: str, *, created: int | None = None)
             texts.append(block["text"])
         elif block.get("type") == "tool_use":
             calls.append(
-                {
-                    "id": block.get("id"),
-                    "type": "function",
-                    "function": {"name": block.get("name"), "arguments": json.dumps(block.get("input", {}))},
-                }
+                fmt.tool_call(block.get("id"), block.get("name"), json.dumps(block.get("input", {})))
             )
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
-    if calls:
-        message["tool_calls"] = calls
+    message = fmt.assistant_message(texts, calls)
     message["refusal"] = None
-    usage = usage_from_anthropic(msg.get("usage")) or Usage()
+    usage = fmt.usage_from_anthropic(msg.get("usage")) or Usage()
     body = {
         "id": msg["id"],
         "object": "chat.completion",
@@ -438,7 +271,7 @@ def from_anthropic_response(msg: Any, model: str, *, created: int | None = None)
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": finish_reason(msg.get("stop_reason")),
+                "finish_reason": fmt.finish_reason(msg.get("stop_reason")),
             }
         ],
         "usage": usage.to_openai(),
