@@ -13,25 +13,26 @@ line registering its handler in ``gateway/api/``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol
 
 import orjson
 
-from gateway.cache.replay import StreamAssembler
+from gateway.cache.replay import StreamAssembler, completion_to_chunks
 from gateway.config.policy import ParamsPolicy
 from gateway.core.errors import SwitchyardError
 from gateway.core.ports import Provider
 from gateway.core.request import RequestRecord
 from gateway.core.types import ChatStream, Target, Usage
 from gateway.flow.exchange import Exchange
-from gateway.flow.reply import Reply, headers
+from gateway.flow.reply import DONE, Reply, headers, sse
 from gateway.flow.services import Services
 from gateway.routing.params import apply_params
 from gateway.routing.plan import RoutePlan
 
 CHAT_FINISHES = ("stop", "tool_calls", "length")
 EMPTY: Mapping[str, str] = {}
+NONE: list[str] = []  # never mutated
 
 
 @dataclass(slots=True)
@@ -116,6 +117,21 @@ class Inbound:
         return self.headers_in.get("x-switchyard-task") or None
 
     # the request -------------------------------------------------------------
+    def record_of(
+        self,
+        body: dict[str, Any],
+        *,
+        dropped: list[str] = NONE,
+        hint: Any = None,
+        include_usage: bool = False,
+    ) -> RequestRecord:
+        """The record of this request, whose chat form is ``body``; ``hint``: an explicit
+        conversation key the wire body carries (used when a non-empty string)."""
+        return RequestRecord(
+            self.endpoint, self.model, body, self.stream, include_usage,
+            hint if isinstance(hint, str) and hint else None, self.task_header, tuple(dropped),
+        )  # fmt: skip
+
     def translate(self) -> RequestRecord:
         """The wire body as the record (may raise BadRequestError)."""
         raise NotImplementedError
@@ -130,7 +146,7 @@ class Inbound:
         self.params = params
         body = apply_params(self.record.body, params)
         if body is not self.record.body:
-            self.record = _with_body(self.record, body)
+            self.record = replace(self.record, body=body)
             if self.names is not None:  # a protocol of its own: its wire body too, for pass-through
                 self.wire = apply_params(self.wire, params, self.names)
 
@@ -187,10 +203,15 @@ class Inbound:
         return usage_from_openai(cached.get("usage"))
 
     async def replay(self, cached: dict[str, Any], raw: bytes, ex: Exchange) -> Reply:
-        """A cached answer (``raw``: its JSON) in this protocol, JSON or frames."""
-        raise NotImplementedError
+        """A cached answer (``raw``: its JSON) in this protocol, JSON or frames (the chat
+        family: a cached chat completion through ``from_completion`` or the chunk frames)."""
+        if not self.record.stream:
+            return Reply(self.headers(ex), body=orjson.dumps(self.from_completion(cached, ex.usage)))
+        encoder = self.encoder(None, ex)
+        assert isinstance(encoder, ChatChunks)
+        return Reply(self.headers(ex), stream=frames_of(encoder.replayed(cached)))
 
-    def encoder(self, stream: Upstream, ex: Exchange) -> Encoder:
+    def encoder(self, stream: Upstream | None, ex: Exchange) -> Encoder:
         raise NotImplementedError
 
 
@@ -202,16 +223,9 @@ def finished(completion: dict[str, Any]) -> bool:
     return all(c.get("finish_reason") in CHAT_FINISHES for c in choices)
 
 
-def _with_body(rec: RequestRecord, body: dict[str, Any]) -> RequestRecord:
-    return RequestRecord(
-        rec.protocol, rec.model, body, rec.stream, rec.include_usage,
-        rec.conversation_hint, rec.task_header, rec.dropped,
-    )  # fmt: skip
-
-
 class ChatEncoder:
     """The chat-completion family's encoder over a chat upstream: chunks assembled (metering,
-    cache) and handed to ``encode`` (this protocol's frames of one chunk)."""
+    cache), each sent as ``frame(chunk)`` (this protocol's frames of one chunk)."""
 
     def __init__(self) -> None:
         self.assembler = StreamAssembler()
@@ -225,6 +239,38 @@ class ChatEncoder:
     def cached(self, usage: Usage) -> bytes | None:
         completion = self.assembler.completion()
         return orjson.dumps(completion) if finished(completion) else None
+
+
+class ChatChunks(ChatEncoder):
+    """Chat chunks as SSE ``data:`` frames, ``[DONE]`` last: chat as it came (the usage-only
+    chunk only when the client asked for it); ``frame`` is the protocol's shape of a chunk."""
+
+    def __init__(self, include_usage: bool) -> None:
+        super().__init__()
+        self.include_usage = include_usage
+
+    def frame(self, chunk: dict[str, Any]) -> bytes:
+        return sse(chunk)
+
+    def first(self, item: dict[str, Any]) -> bytes:
+        return self.add(item)
+
+    def add(self, item: dict[str, Any]) -> bytes:
+        self.assembler.add(item)
+        if not self.include_usage and not item.get("choices") and item.get("usage"):
+            return b""  # the usage-only chunk the client did not ask for
+        return self.frame(item)
+
+    async def finish(self, ex: Exchange) -> bytes:
+        return DONE
+
+    def error(self, exc: SwitchyardError) -> bytes:
+        return sse(exc.to_body())
+
+    def replayed(self, completion: dict[str, Any]) -> list[bytes]:
+        """A cached completion as the frames a streaming client would have got."""
+        frames = [self.frame(c) for c in completion_to_chunks(completion, self.include_usage)]
+        return [f for f in frames if f] + [DONE]
 
 
 async def frames_of(items: list[bytes]) -> AsyncIterator[bytes]:

@@ -5,24 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.cache.replay import completion_to_chunks
 from gateway.core.request import RequestRecord
 from gateway.core.types import Usage
-from gateway.flow.adapters.base import ChatEncoder, Encoder, Inbound, Upstream, frames_of
+from gateway.flow.adapters.base import ChatChunks, Encoder, Inbound, Upstream
 from gateway.flow.exchange import Exchange
-from gateway.flow.reply import DONE, Reply, sse
+from gateway.flow.reply import Reply
 
 
 class Chat(Inbound):
     def translate(self) -> RequestRecord:
         opts = self.wire.get("stream_options")
-        return RequestRecord(
-            "chat",
-            str(self.wire["model"]),
-            self.wire,
-            bool(self.wire.get("stream")),
-            include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
-            task_header=self.task_header,
+        return self.record_of(
+            self.wire, include_usage=bool(isinstance(opts, dict) and opts.get("include_usage"))
         )
 
     def from_completion(self, completion: dict[str, Any], usage: Usage) -> dict[str, Any]:
@@ -30,33 +24,8 @@ class Chat(Inbound):
 
     async def replay(self, cached: dict[str, Any], raw: bytes, ex: Exchange) -> Reply:
         if not self.record.stream:
-            return Reply(self.headers(ex), body=raw)
-        chunks = [sse(c) for c in completion_to_chunks(cached, self.record.include_usage)]
-        return Reply(self.headers(ex), stream=frames_of([*chunks, DONE]))
+            return Reply(self.headers(ex), body=raw)  # the cached bytes as they are
+        return await super().replay(cached, raw, ex)
 
-    def encoder(self, stream: Upstream, ex: Exchange) -> Encoder:
+    def encoder(self, stream: Upstream | None, ex: Exchange) -> Encoder:
         return ChatChunks(self.record.include_usage)
-
-
-class ChatChunks(ChatEncoder):
-    """Chunks relayed as they came (the usage-only chunk only when the client asked for it)."""
-
-    def __init__(self, include_usage: bool) -> None:
-        super().__init__()
-        self.include_usage = include_usage
-
-    def first(self, item: dict[str, Any]) -> bytes:
-        self.assembler.add(item)
-        return sse(item)
-
-    def add(self, item: dict[str, Any]) -> bytes:
-        self.assembler.add(item)
-        if not self.include_usage and not item.get("choices") and item.get("usage"):
-            return b""  # the usage-only chunk the client did not ask for
-        return sse(item)
-
-    async def finish(self, ex: Exchange) -> bytes:
-        return DONE
-
-    def error(self, exc: Any) -> bytes:
-        return sse(exc.to_body())

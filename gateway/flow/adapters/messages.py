@@ -15,12 +15,13 @@ Anthropic messages (a native answer keeps what chat has no place for)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, cast
 
 import orjson
 
 from gateway.core.errors import BadRequestError
-from gateway.core.ports import MessagesStream, MessagesUpstream, Provider
+from gateway.core.ports import MessagesUpstream, Provider
 from gateway.core.request import RequestRecord
 from gateway.core.types import Target, Usage, usage_from_anthropic
 from gateway.flow.adapters.base import Answer, ChatEncoder, Encoder, Inbound, Upstream, frames_of
@@ -51,21 +52,13 @@ class Messages(Inbound):
         body, dropped = to_chat(self.wire, strict=False)
         meta = self.wire.get("metadata")
         user = meta.get("user_id") if isinstance(meta, dict) else None
-        return RequestRecord(
-            "messages",
-            str(self.wire["model"]),
-            body,
-            bool(self.wire.get("stream")),
-            conversation_hint=user if isinstance(user, str) and user else None,
-            task_header=self.task_header,
-            dropped=tuple(dropped),
-        )
+        return self.record_of(body, dropped=dropped, hint=user)
 
     def chat_body(self) -> dict[str, Any]:
         """What a chat upstream gets: the strict translation (a block it cannot take is a 400
         naming it), with the route's params."""
         body, dropped = to_chat(self.wire)
-        self.record = _dropped(self.record, dropped)
+        self.record = replace(self.record, dropped=tuple(dropped))
         return apply_params(body, self.params) if self.params is not None else body
 
     def native(self, target: Target | None) -> bool:
@@ -106,7 +99,7 @@ class Messages(Inbound):
             return await upstream.messages_stream(self.wire, target, timeout, idle, self.forwarded)
         return await provider.chat_stream(self.chat_body(), target, timeout, idle)
 
-    def encoder(self, stream: Upstream, ex: Exchange) -> Encoder:
+    def encoder(self, stream: Upstream | None, ex: Exchange) -> Encoder:
         if self.native(ex.target):
             return NativeEvents()
         return ChunkEvents(self.model)
@@ -171,14 +164,3 @@ class NativeEvents:
     def error(self, exc: Any) -> bytes:
         return frame("error", error_body(exc))
 
-
-def _dropped(rec: RequestRecord, dropped: list[str]) -> RequestRecord:
-    if tuple(dropped) == rec.dropped:
-        return rec
-    return RequestRecord(
-        rec.protocol, rec.model, rec.body, rec.stream, rec.include_usage,
-        rec.conversation_hint, rec.task_header, tuple(dropped),
-    )  # fmt: skip
-
-
-__all__ = ["Messages", "MessagesStream"]

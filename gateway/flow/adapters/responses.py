@@ -60,16 +60,7 @@ class Responses(Inbound):
 
     def translate(self) -> RequestRecord:
         chat, dropped = to_chat(self.wire, [*self.history, *self.items], offset=len(self.history))
-        key = self.wire.get("prompt_cache_key")
-        return RequestRecord(
-            "responses",
-            str(self.wire["model"]),
-            chat,
-            bool(self.wire.get("stream")),
-            conversation_hint=key if isinstance(key, str) and key else None,
-            task_header=self.task_header,
-            dropped=tuple(dropped),
-        )
+        return self.record_of(chat, dropped=dropped, hint=self.wire.get("prompt_cache_key"))
 
     def native(self, target: Target | None) -> bool:
         provider = self.svc.policy.providers.get(target.provider) if target is not None else None
@@ -137,7 +128,7 @@ class Responses(Inbound):
             return await upstream.responses_stream(self.upstream_body(), target, timeout, idle)
         return await super().open(provider, target, timeout, idle)
 
-    def encoder(self, stream: Upstream, ex: Exchange) -> Encoder:
+    def encoder(self, stream: Upstream | None, ex: Exchange) -> Encoder:
         if self.native(ex.target):
             return NativeEvents(self, cast(ResponsesStream, stream))
         return ChunkEvents(self)
