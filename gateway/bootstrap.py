@@ -28,6 +28,7 @@ from gateway.ledger.open import open_ledger
 from gateway.ledger.responses import open_response_store
 from gateway.ledger.tokens import count_prompt_tokens
 from gateway.limits.gate import Limits
+from gateway.limits.key_watch import KeyWatch
 from gateway.limits.keys import KeyCache, KeyStoreBase
 from gateway.limits.redis_store import RedisStore
 from gateway.limits.stores import open_key_store
@@ -352,7 +353,7 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
         semantic=semantic,
         limits=limits,
         ledger=ledger,
-        keys=KeyCache(key_store),
+        keys=KeyCache(key_store, on_record=lambda rec: limits.learn(rec.key_id, rec.limits)),
         metrics=metrics,
         breakers=BreakerBoard(policy.breaker.failure_threshold, policy.breaker.open_seconds),
         engines=engines,
@@ -366,6 +367,7 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
     semantic.start_warm(policy)  # loads the embedder only if a route uses it; /readyz 503 until then
     progress.phase = "started"
     tasks.daemon(engines.run(metrics.record_engine))  # engine /metrics probe (idle if none)
+    tasks.daemon(KeyWatch(key_store, services.keys, limits).run())  # key changes made elsewhere
     if settings.policy_watch_s > 0:
         tasks.daemon(gateway.watch_policy(settings.policy_watch_s))
     return gateway
