@@ -331,6 +331,8 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
     progress.phase, progress.ledger = "starting the ledger", ledger
     await _in_daemon_thread(ledger.start)
     progress.phase, progress.ledger = "seeding the budgets", None
+    responses = open_response_store(settings.ledger_url, settings.home)
+    await asyncio.to_thread(responses.prepare)  # PostgreSQL: every table by the migrations, now
     key_store = open_key_store(settings)  # PostgreSQL ledger: keys shared there
     limits = _limits(settings, policy, key_store, metrics, tasks)
     await seed_budgets(limits, policy, ledger)
@@ -360,7 +362,7 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
         tasks=tasks,
         tracer=_tracer(settings, policy),
         secrets=_secrets(policy),
-        responses=open_response_store(settings.ledger_url, settings.home),
+        responses=responses,
     )
     _warn_unconfigured(policy)
     gateway = Gateway(services, key_store)

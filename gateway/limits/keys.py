@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Generic, Protocol, Self, TypeVar
@@ -126,7 +126,7 @@ class KeyRecord:
     name: str | None
     created_at: float  # unix seconds
     revoked_at: float | None = None
-    limits: KeyLimits = KeyLimits()  # its own limits, read with it (lookups only)
+    limits: KeyLimits = field(default=KeyLimits(), compare=False)  # its own, read with it (lookups)
 
     @property
     def revoked(self) -> bool:
