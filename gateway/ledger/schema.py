@@ -52,7 +52,7 @@ from typing import Any, Final, Protocol
 from gateway.core.ledger_row import LedgerRow
 
 TABLE: Final = "ledger"
-SCHEMA_VERSION: Final = 10
+SCHEMA_VERSION: Final = 11
 COLUMNS: Final[tuple[str, ...]] = tuple(f.name for f in fields(LedgerRow))
 SQLITE_COLUMNS: Final = (*COLUMNS, "cost_e10", "baseline_e10")
 
@@ -263,6 +263,7 @@ SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     ),
     9: _v9("(conversation, ts, cost_e10)"),
     10: _v10("(ts, conversation, cost_e10, tenant)"),
+    11: (),  # stored responses: their own file on SQLite (ledger/responses.py)
 }
 
 POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
