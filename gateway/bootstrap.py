@@ -22,7 +22,7 @@ from gateway.cache.semantic_layer import SemanticLayer
 from gateway.config.loader import PolicyError, load_policy
 from gateway.config.policy import CachePolicy, Policy, ProviderPolicy
 from gateway.config.settings import Settings
-from gateway.core.ports import ExactCache, Ledger, Provider, Tracer
+from gateway.core.ports import ExactCache, Ledger, Provider, Stickiness, Tracer
 from gateway.flow.services import Services, TaskOwner
 from gateway.ledger.open import open_ledger
 from gateway.ledger.responses import open_response_store
@@ -40,6 +40,8 @@ from gateway.routing.balancer import ReplicaBalancer
 from gateway.routing.breaker import BreakerBoard
 from gateway.routing.engine_load import EngineBoard
 from gateway.routing.router import Router
+from gateway.routing.sticky import StickyConversations
+from gateway.routing.sticky_redis import RedisSticky
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.redaction import Redactor, install
 from gateway.telemetry.tracing import build_tracer
@@ -114,6 +116,22 @@ def _limits(
             "may spend a whole budget; set SWITCHYARD_REDIS_URL (or limits.redis_url)"
         )
     return limits
+
+
+def _sticky(settings: Settings, policy: Policy, metrics: Metrics, tasks: TaskOwner) -> Stickiness:
+    """Conversation stickiness: in the Redis the limits use when there is one (every replica
+    sees where a conversation lives; a TTL forgets it), else in this process."""
+    lp = policy.limits
+    url = settings.redis_url or lp.redis_url
+    if not url:
+        return StickyConversations()
+    return RedisSticky(
+        url,
+        prefix=lp.redis_prefix + "sticky:",
+        timeout_s=lp.redis_timeout_s,
+        spawn=tasks.spawn,
+        on_error=lambda: metrics.limits_backend_errors.labels("sticky_local").inc(),
+    )
 
 
 async def seed_budgets(limits: Limits, policy: Policy, ledger: Ledger) -> None:
@@ -272,6 +290,7 @@ class Gateway:
         await svc.semantic.aclose()
         await svc.tasks.aclose()
         await svc.limits.aclose()
+        await svc.sticky.aclose()
         if svc.tracer is not None:
             svc.tracer.shutdown()
         await close_parts([*svc.providers.values(), svc.cache])
@@ -363,6 +382,7 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
         tracer=_tracer(settings, policy),
         secrets=_secrets(policy),
         responses=responses,
+        sticky=_sticky(settings, policy, metrics, tasks),
     )
     _warn_unconfigured(policy)
     gateway = Gateway(services, key_store)

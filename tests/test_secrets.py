@@ -360,7 +360,9 @@ def test_anthropic_mid_stream_error_event_echoing_the_key_is_scrubbed() -> None:
     assert ANTHROPIC_CANARY not in info.value.message
 
 
-def test_upstream_error_that_echoes_a_masked_key_is_scrubbed(gateway: RunningGateway, mock: MockUpstream) -> None:
+def test_upstream_error_that_echoes_a_masked_key_is_scrubbed(
+    gateway: RunningGateway, mock: MockUpstream
+) -> None:
     """Upstreams quote a key masked: its first characters, stars or dots, its last four
     (``Incorrect API key provided: pk_live_****8293``). None of those fragments reach the
     client or the ledger."""

@@ -25,7 +25,9 @@ _LOG_EVERY_S: Final = 60.0
 
 
 class KeyWatch:
-    def __init__(self, store: KeyStoreBase, keys: KeyCache, limits: Limits, interval_s: float = INTERVAL_S) -> None:
+    def __init__(
+        self, store: KeyStoreBase, keys: KeyCache, limits: Limits, interval_s: float = INTERVAL_S
+    ) -> None:
         self.store = store
         self.keys = keys
         self.limits = limits

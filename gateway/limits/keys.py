@@ -354,10 +354,10 @@ class KeyCache:
     Positive entries live ``ttl`` seconds, so a revocation (possibly by another process)
     takes effect within ``ttl``; sooner with a ``KeyWatch`` (limits/key_watch.py), which clears
     the cache as soon as the store's change counter moves. A record read from the store carries
-    the key's own limits, handed to ``on_record`` before the caller admits the request. Unknown keys are remembered for ``negative_ttl`` seconds in a
-    bounded LRU (``max_negative`` entries), so a flood of random keys costs at most one
-    database read each and cannot grow memory without bound. Entries are keyed by the key's
-    hash; the key itself is not kept.
+    the key's own limits, handed to ``on_record`` before the caller admits the request.
+    Unknown keys are remembered for ``negative_ttl`` seconds in a bounded LRU (``max_negative``
+    entries), so a flood of random keys costs at most one database read each and cannot grow
+    memory without bound. Entries are keyed by the key's hash; the key itself is not kept.
 
     While the store is unreachable (PostgreSQL down), a key it confirmed keeps working for at
     most ``stale`` seconds after that confirmation; then it gets 503 like an unknown key. So a

@@ -110,7 +110,8 @@ class _Conn(asyncio.Protocol):
         if self._head_bytes >= 0:  # the head is still arriving: bounded (the parser buffers it)
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEADER_BYTES:
-                self._fail(H1Error("protocol", f"response headers larger than {MAX_HEADER_BYTES // 1024} KiB"))
+                kib = MAX_HEADER_BYTES // 1024
+                self._fail(H1Error("protocol", f"response headers larger than {kib} KiB"))
 
     def eof_received(self) -> bool | None:
         return None  # close the transport; connection_lost follows
