@@ -120,3 +120,17 @@ def test_an_unreachable_store_refuses_an_unknown_key_never_admits_it_unlimited()
         authenticate({"authorization": "Bearer sk-sy-" + "x" * 43}, policy, keys)
     assert err.value.status == 503
     dead.close()
+
+
+def test_only_changes_to_keys_in_use_move_the_counter(stores: list[KeyStoreBase]) -> None:
+    """A new key is in no replica's cache: making one (with its limits, before it is handed
+    out) leaves every replica's cached keys alone; a limits change or revoke does not."""
+    store = stores[0]
+    before = store.version()
+    _, rec = store.create("acme")
+    assert store.set_limits(rec.key_id, LIMITS, announce=False)
+    assert store.version() == before
+    assert store.set_limits(rec.key_id, KeyLimits(rpm=9))
+    assert store.version() == before + 1
+    assert store.revoke(rec.key_id) and store.version() == before + 2
+    assert not store.revoke(rec.key_id) and store.version() == before + 2  # nothing changed

@@ -1,7 +1,7 @@
 """Key changes made anywhere reach this replica within a fraction of a second.
 
-The key store keeps one change counter (``key_store_version``), bumped after every create,
-revoke and limits change, whoever makes it: another replica's admin API or the CLI writing
+The key store keeps one change counter (``key_store_version``), bumped after every revoke
+and limits change, whoever makes it: another replica's admin API or the CLI writing
 the store directly. ``KeyWatch.run`` reads it every ``interval_s`` (one one-row query, off the
 event loop); when it moves, the replica drops its cached keys (a revoked key is refused on its
 next request) and reloads every key's limits. With a PostgreSQL key store that is every

@@ -54,8 +54,8 @@ def schema_sql(real: str) -> tuple[str, ...]:
         daily_usd TEXT,
         monthly_usd TEXT
     )""",
-        # One counter bumped after every create, revoke and limits change (by any replica or
-        # the CLI): replicas poll it (KeyWatch) and drop what they cached when it moves.
+        # One counter bumped after every revoke and limits change (by any replica or the CLI):
+        # replicas poll it (KeyWatch) and drop what they cached when it moves.
         "CREATE TABLE IF NOT EXISTS key_store_version "
         "(one INTEGER PRIMARY KEY CHECK (one = 1), version BIGINT NOT NULL)",
         "INSERT INTO key_store_version (one, version) VALUES (1, 0) ON CONFLICT (one) DO NOTHING",
@@ -189,8 +189,7 @@ class KeyStoreBase(ABC):
             record = KeyRecord(digest[:KEY_ID_LEN], tenant, name, time.time())
             params = (record.key_id, digest, tenant, name, record.created_at)
             if self._insert_new(_INSERT_KEY, params):
-                self._change(_BUMP, ())
-                return key, record
+                return key, record  # no replica holds anything about it yet: nothing to announce
             # key_id collision (48 bits): draw again
         raise RuntimeError("could not allocate a unique key id")  # pragma: no cover
 
@@ -226,8 +225,10 @@ class KeyStoreBase(ABC):
         self._change(_BUMP, ())
         return True
 
-    def set_limits(self, key_id: str, limits: KeyLimits) -> bool:
-        """Replace the limits of the active key ``key_id``. False if there is no such key."""
+    def set_limits(self, key_id: str, limits: KeyLimits, *, announce: bool = True) -> bool:
+        """Replace the limits of the active key ``key_id``. False if there is no such key.
+        ``announce``: move the change counter (replicas reload); False only for a key just
+        created and not yet handed out (a replica reads its limits with its first lookup)."""
         for value in (limits.rpm, limits.tpm, limits.daily_usd, limits.monthly_usd):
             if value is not None and value <= 0:
                 raise ValueError("limits must be positive (omit a limit to remove it)")
@@ -245,11 +246,12 @@ class KeyStoreBase(ABC):
                 None if limits.monthly_usd is None else str(limits.monthly_usd),
             ),
         )
-        self._change(_BUMP, ())
+        if announce:
+            self._change(_BUMP, ())
         return True
 
     def version(self) -> int:
-        """The store's change counter: it moves after every create, revoke and limits change."""
+        """The store's change counter: it moves after every revoke and limits change."""
         rows = self._rows(_VERSION, ())
         return int(rows[0][0]) if rows else 0
 
