@@ -88,6 +88,7 @@ class Replica:
 class Cluster:
     replicas: list[Replica]
     pg_url: str
+    redis_prefix: str = ""  # the limits' keys (budgets, buckets, stickiness) live under it
     client: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=30))
     _next: int = 0
 

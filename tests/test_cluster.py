@@ -17,7 +17,9 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
+import redis
 
+from gateway.limits.budgets import period_bounds, to_nanos
 from gateway.limits.keys_pg import PostgresKeyStore
 from load_tests.mock_upstream import MockUpstream
 from tests.cluster_support import Cluster, cluster
@@ -50,6 +52,7 @@ def three(tmp_path_factory: pytest.TempPathFactory, mock: MockUpstream) -> Itera
         )
         text = text.replace("routes:\n", "routes:\n  pricey:\n    targets: [large]\n", 1)
         with cluster(tmp_path_factory.mktemp("cluster"), text, pg_url) as c:
+            c.redis_prefix = prefix
             yield c
 
 
@@ -156,6 +159,13 @@ def test_a_tenant_budget_holds_across_replicas(three: Cluster) -> None:
     rows = three.ledger("WHERE tenant = %s AND cost_usd IS NOT NULL", (BUDGETED,))
     spent = sum((Decimal(str(row[2])) for row in rows), Decimal(0))
     assert 0 < spent <= BUDGET
+    # every reservation settled to the real cost or released: the shared counter is the ledger's sum
+    client = redis.Redis.from_url(REDIS_URL)
+    counter = f"{three.redis_prefix}budget:tenant:{BUDGETED}:day:" + period_bounds("day", time.time())[0]
+    try:
+        within(5.0, lambda: int(client.get(counter) or 0) == to_nanos(spent))
+    finally:
+        client.close()
 
 
 def test_the_exact_cache_is_shared(three: Cluster, key: str) -> None:
