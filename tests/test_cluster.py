@@ -251,3 +251,27 @@ def test_a_replica_killed_mid_load_loses_no_ledger_row(three: Cluster, key: str)
         return len(three.ledger("WHERE request_id = ANY(%s)", (list(completed),))) == len(completed)
 
     within(20.0, all_rows)
+
+
+def test_mixed_protocols_on_every_replica_are_one_ledger_row_each(three: Cluster) -> None:
+    key, _ = three.new_key(f"mixed-{RUN}", 1)
+    sent = [
+        ("/v1/chat/completions", ask("mixed chat")),
+        ("/v1/chat/completions", ask("mixed stream", stream=True)),
+        (
+            "/v1/messages",
+            {"model": "auto", "max_tokens": 8, "messages": [{"role": "user", "content": "mixed"}]},
+        ),
+        ("/v1/responses", {"model": "auto", "input": "mixed", "store": False}),
+    ]
+    ids = []
+    for i in range(12):
+        path, body = sent[i % len(sent)]
+        r = three.post(path, body, key, i)
+        assert r.status_code == 200, (path, r.text[:200])
+        ids.append(r.headers["x-request-id"])
+    assert len(set(ids)) == 12
+    within(10.0, lambda: len(three.ledger("WHERE request_id = ANY(%s)", (ids,))) == 12)
+    rows = three.ledger("WHERE tenant = %s", (f"mixed-{RUN}",))
+    assert len(rows) == 12 and {r[1] for r in rows} == {"ok"}
+    assert all(r[2] is not None and Decimal(str(r[2])) > 0 for r in rows)
