@@ -22,12 +22,13 @@ from gateway.cache.semantic_layer import SemanticLayer
 from gateway.config.loader import PolicyError, load_policy
 from gateway.config.policy import CachePolicy, Policy, ProviderPolicy
 from gateway.config.settings import Settings
-from gateway.core.ports import ExactCache, Ledger, Provider, Tracer
+from gateway.core.ports import ExactCache, Ledger, Provider, Stickiness, Tracer
 from gateway.flow.services import Services, TaskOwner
 from gateway.ledger.open import open_ledger
 from gateway.ledger.responses import open_response_store
 from gateway.ledger.tokens import count_prompt_tokens
 from gateway.limits.gate import Limits
+from gateway.limits.key_watch import KeyWatch
 from gateway.limits.keys import KeyCache, KeyStoreBase
 from gateway.limits.redis_store import RedisStore
 from gateway.limits.stores import open_key_store
@@ -39,6 +40,8 @@ from gateway.routing.balancer import ReplicaBalancer
 from gateway.routing.breaker import BreakerBoard
 from gateway.routing.engine_load import EngineBoard
 from gateway.routing.router import Router
+from gateway.routing.sticky import StickyConversations
+from gateway.routing.sticky_redis import RedisSticky
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.redaction import Redactor, install
 from gateway.telemetry.tracing import build_tracer
@@ -113,6 +116,22 @@ def _limits(
             "may spend a whole budget; set SWITCHYARD_REDIS_URL (or limits.redis_url)"
         )
     return limits
+
+
+def _sticky(settings: Settings, policy: Policy, metrics: Metrics, tasks: TaskOwner) -> Stickiness:
+    """Conversation stickiness: in the Redis the limits use when there is one (every replica
+    sees where a conversation lives; a TTL forgets it), else in this process."""
+    lp = policy.limits
+    url = settings.redis_url or lp.redis_url
+    if not url:
+        return StickyConversations()
+    return RedisSticky(
+        url,
+        prefix=lp.redis_prefix + "sticky:",
+        timeout_s=lp.redis_timeout_s,
+        spawn=tasks.spawn,
+        on_error=lambda: metrics.limits_backend_errors.labels("sticky_local").inc(),
+    )
 
 
 async def seed_budgets(limits: Limits, policy: Policy, ledger: Ledger) -> None:
@@ -271,6 +290,7 @@ class Gateway:
         await svc.semantic.aclose()
         await svc.tasks.aclose()
         await svc.limits.aclose()
+        await svc.sticky.aclose()
         if svc.tracer is not None:
             svc.tracer.shutdown()
         await close_parts([*svc.providers.values(), svc.cache])
@@ -330,6 +350,8 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
     progress.phase, progress.ledger = "starting the ledger", ledger
     await _in_daemon_thread(ledger.start)
     progress.phase, progress.ledger = "seeding the budgets", None
+    responses = open_response_store(settings.ledger_url, settings.home)
+    await asyncio.to_thread(responses.prepare)  # PostgreSQL: every table by the migrations, now
     key_store = open_key_store(settings)  # PostgreSQL ledger: keys shared there
     limits = _limits(settings, policy, key_store, metrics, tasks)
     await seed_budgets(limits, policy, ledger)
@@ -352,20 +374,22 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
         semantic=semantic,
         limits=limits,
         ledger=ledger,
-        keys=KeyCache(key_store),
+        keys=KeyCache(key_store, on_record=lambda rec: limits.learn(rec.key_id, rec.limits)),
         metrics=metrics,
         breakers=BreakerBoard(policy.breaker.failure_threshold, policy.breaker.open_seconds),
         engines=engines,
         tasks=tasks,
         tracer=_tracer(settings, policy),
         secrets=_secrets(policy),
-        responses=open_response_store(settings.ledger_url, settings.home),
+        responses=responses,
+        sticky=_sticky(settings, policy, metrics, tasks),
     )
     _warn_unconfigured(policy)
     gateway = Gateway(services, key_store)
     semantic.start_warm(policy)  # loads the embedder only if a route uses it; /readyz 503 until then
     progress.phase = "started"
     tasks.daemon(engines.run(metrics.record_engine))  # engine /metrics probe (idle if none)
+    tasks.daemon(KeyWatch(key_store, services.keys, limits).run())  # key changes made elsewhere
     if settings.policy_watch_s > 0:
         tasks.daemon(gateway.watch_policy(settings.policy_watch_s))
     return gateway

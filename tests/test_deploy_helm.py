@@ -128,11 +128,10 @@ def test_default_install_objects(rendered: dict[str, list[dict[str, Any]]]) -> N
             "ConfigMap",  # dashboard: performance
             "Deployment",
             "NetworkPolicy",
-            "PodDisruptionBudget",
             "Service",
             "ServiceAccount",
         ]
-    )
+    )  # one replica by default: no PodDisruptionBudget (it would block every node drain)
 
 
 def test_full_install_objects(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -176,17 +175,53 @@ def test_gateway_pod_is_hardened_and_probed(rendered: dict[str, list[dict[str, A
 
 def test_replicas_hpa_and_pdb(helm: str, rendered: dict[str, list[dict[str, Any]]]) -> None:
     default = one(rendered["default"], "Deployment", "sy-switchyard-gateway")
-    assert default["spec"]["replicas"] == 2
+    assert default["spec"]["replicas"] == 1
+    assert not find(rendered["default"], "PodDisruptionBudget")  # it would block every node drain
     full = rendered["full"]
     assert "replicas" not in one(full, "Deployment", "sy-switchyard-gateway")["spec"]  # the HPA owns it
     hpa = one(full, "HorizontalPodAutoscaler", "sy-switchyard-gateway")
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 20)
     assert hpa["spec"]["scaleTargetRef"]["name"] == "sy-switchyard-gateway"
     assert one(full, "PodDisruptionBudget", "sy-switchyard-gateway")["spec"]["minAvailable"] == 2
-    # One replica: a PDB with minAvailable 1 would block every node drain, so none is rendered.
-    single = render(helm, "--set", "gateway.replicas=1")
-    assert not find(single, "PodDisruptionBudget")
-    assert one(single, "Deployment", "sy-switchyard-gateway")["spec"]["replicas"] == 1
+    shared = ["--set", "ledger.postgresql.existingSecret=ledger", "--set", "redis.enabled=true"]
+    three = render(helm, "--set", "gateway.replicas=3", *shared)
+    assert one(three, "Deployment", "sy-switchyard-gateway")["spec"]["replicas"] == 3
+    assert one(three, "PodDisruptionBudget", "sy-switchyard-gateway")["spec"]["minAvailable"] == 1
+
+
+SHARED_STATE = {
+    "ledger": ["--set", "ledger.postgresql.existingSecret=ledger"],
+    "redis": ["--set", "redis.enabled=true"],
+    "external redis": ["--set", "redis.external.existingSecret=redis-url"],
+}
+
+
+@pytest.mark.parametrize(
+    ("scale", "shared", "missing"),
+    [
+        (["--set", "gateway.replicas=2"], [], ["ledger.postgresql", "redis"]),
+        (["--set", "gateway.replicas=3"], ["ledger"], ["redis"]),
+        (["--set", "gateway.replicas=3"], ["redis"], ["ledger.postgresql"]),
+        (["--set", "gateway.autoscaling.enabled=true"], ["external redis"], ["ledger.postgresql"]),
+    ],
+)
+def test_many_replicas_without_shared_state_are_refused(
+    helm: str, notes_chart: Path, scale: list[str], shared: list[str], missing: list[str]
+) -> None:
+    """Keys, budgets, rate limits, stored Responses and stickiness are shared only through
+    PostgreSQL and Redis: more than one pod without both is refused, naming what is missing."""
+    args = [a for name in shared for a in SHARED_STATE[name]]
+    proc = run_helm(helm, "template", "sy", str(CHART), *scale, *args, check=False)
+    assert proc.returncode != 0
+    assert "more than one replica needs shared state" in proc.stderr, proc.stderr
+    for what in missing:
+        assert what in proc.stderr
+    for name in shared:  # what is there is not asked for
+        assert SHARED_STATE[name][1].split("=")[0] not in proc.stderr
+    # said out loud, the choice renders, and the notes say exactly what stays per pod
+    docs = render(helm, *scale, *args, "--set", "gateway.allowPerReplicaState=true", chart=notes_chart)
+    notes = one(docs, "ConfigMap", "rendered-notes")["data"]["notes"]
+    assert "A key made on one pod is unknown to" in notes and "each pod may spend a whole budget" in notes
 
 
 def test_gateway_service_selects_gateway_pods(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -556,4 +591,4 @@ def test_notes_give_the_base_url(helm: str, notes_chart: Path) -> None:
     assert "NOTE:" not in notes  # keys, admin key, ledger and Redis are all configured
     default_notes = one(render(helm, chart=notes_chart), "ConfigMap", "rendered-notes")["data"]["notes"]
     assert "http://sy-switchyard-gateway.llm.svc.cluster.local:80/v1" in default_notes
-    assert "no PostgreSQL ledger" in default_notes and "no Redis" in default_notes
+    assert "NOTE: gateway.allowPerReplicaState" not in default_notes  # one replica: nothing to say

@@ -599,3 +599,28 @@ async def test_a_stream_read_fails_after_its_idle_limit_of_silence_only() -> Non
         await stream.readline(1024, idle=0.3)
     assert info.value.kind == "stalled" and 0.25 <= time.monotonic() - started < 2.0
     stream.close()
+
+
+async def test_an_answer_head_past_the_bound_is_a_bad_answer() -> None:
+    """A 200 KB response header (or a head that never ends) fails the call as a bad answer
+    (502 upstream_bad_response) instead of being buffered; a large but sane head passes."""
+    big = "x-big: " + "a" * 200_000
+    answers = {
+        b"/big": ok(b'{"a":1}', big),
+        b"/endless": [b"HTTP/1.1 200 OK\r\nx-slow: " + b"b" * (h1.MAX_HEADER_BYTES + 10)],
+        b"/fine": ok(b'{"a":1}', "x-fine: " + "c" * 32_000),
+    }
+    server, srv = await started(lambda req: answers[req.split(b" ")[1]])
+    pool = H1Pool(f"http://127.0.0.1:{server.port}")
+    try:
+        for path in ("/big", "/endless"):
+            with pytest.raises(H1Error) as info:
+                await pool.post(path, b"", HEADERS, 1000, timeout=5)
+            assert info.value.kind == "protocol" and "64 KiB" in str(info.value)
+            err = http.transport_error("up", info.value)
+            assert err.code == "upstream_bad_response" and err.status == 502
+        got = await pool.post("/fine", b"", HEADERS, 1000, timeout=5)
+        assert got.status == 200 and len(got.headers["x-fine"]) == 32_000
+    finally:
+        await pool.aclose()
+        srv.close()

@@ -171,3 +171,54 @@ def test_a_metered_request_costs_one_admission_and_one_settlement(
     key_id = next(k for k in (x.decode() for x in client.scan_iter(match=f"{prefix}rl:tpm:key:*")))
     tokens = float(client.hget(key_id, "t") or 0)
     assert tokens < 600  # the tokens-per-minute bucket was debited
+
+
+def test_stickiness_costs_one_read_per_conversation_request_and_nothing_otherwise(
+    tmp_path: Path, mock: MockUpstream, prefix: str
+) -> None:
+    """With Redis, where a conversation lives is shared: a conversation request adds one GETEX
+    (and one background SET when its model is new or changed); a request that is not a
+    conversation adds nothing to the limits' two scripts."""
+    tenant = unique("sticky")
+    limits = f"limits: {{redis_url: '{REDIS_URL}', redis_prefix: '{prefix}', redis_timeout_s: 2, key_rpm: 100000}}\n"
+    text = mock_policy(mock.base_url, limits).replace(
+        "routes:\n", "routes:\n  metered:\n    targets: [small]\n", 1
+    )
+    text = text.replace("tenants:\n", f"tenants:\n  {tenant}:\n    budget: {{daily_usd: 5}}\n", 1)
+    gw = start_gateway(tmp_path, text)
+    system = {"role": "system", "content": "You are terse."}
+
+    def ask(messages: list[dict[str, str]]) -> None:
+        body = {"model": "metered", "messages": messages, "max_tokens": 8}
+        r = gw.post("/v1/chat/completions", body, tenant=tenant)
+        assert r.status_code == 200, r.text
+
+    def costs(send: Any, want: list[str]) -> None:
+        seen: list[list[str]] = []
+        for attempt in range(3):  # as above: a stray background command gets another try
+            with Monitor(prefix) as mon:
+                send(attempt)
+                sent = sorted(mon.wait_for(len(want)))
+            if sent == sorted(want):
+                return
+            seen.append(sent)
+        raise AssertionError(f"expected {sorted(want)}, saw {seen}")
+
+    try:
+        ask([{"role": "user", "content": "warm up"}])
+        time.sleep(0.5)
+        costs(lambda a: ask([{"role": "user", "content": f"one message {a}"}]), ["EVALSHA"] * 2)
+        first = {"role": "user", "content": "conversation"}
+
+        def new_conversation(a: int) -> None:
+            ask([system, {**first, "content": f"conversation {a}"}])
+
+        costs(new_conversation, ["EVALSHA", "EVALSHA", "GETEX", "SET"])
+
+        def next_turn(a: int) -> None:
+            turn = [system, {**first, "content": "conversation 0"}, {"role": "assistant", "content": "ok"}]
+            ask([*turn, {"role": "user", "content": f"and then {a}"}])
+
+        costs(next_turn, ["EVALSHA", "EVALSHA", "GETEX"])  # same model: no write
+    finally:
+        gw.stop()

@@ -358,3 +358,39 @@ def test_anthropic_mid_stream_error_event_echoing_the_key_is_scrubbed() -> None:
         translator.feed("error", event)
     assert "api_error" in info.value.message
     assert ANTHROPIC_CANARY not in info.value.message
+
+
+def test_upstream_error_that_echoes_a_masked_key_is_scrubbed(
+    gateway: RunningGateway, mock: MockUpstream
+) -> None:
+    """Upstreams quote a key masked: its first characters, stars or dots, its last four
+    (``Incorrect API key provided: pk_live_****8293``). None of those fragments reach the
+    client or the ledger."""
+    t = Traffic(gateway, mock)
+    head, tail = OPENAI_CANARY[:7], OPENAI_CANARY[-4:]
+    masked = (f"{head}****{tail}", f"{head}...{tail}", f"sk-********************{tail}", f"***{tail}")
+    for form in masked:
+        fault = {"kind": "status", "status": 400, "message": f"Incorrect API key provided: {form}. See docs."}
+        t.faulted(f"400 echoing {form}", [fault], model="auto")
+        t.faulted(f"400 echoing {form}, stream", [fault], model="auto", stream=True)
+    bodies = " ".join(text for _, _, _, text in t.seen)
+    assert "Incorrect API key provided" in bodies  # the upstream's message is relayed...
+    assert tail not in bodies and head not in bodies  # ...without the key's fragments
+    assert tail not in repr(gateway.ledger_rows())
+
+
+def test_masked_forms_of_a_key_are_redacted_and_ordinary_text_is_not() -> None:
+    from gateway.core.redact import MASK, redact
+
+    key = "pk_live_Ab3xQ9zLmN0pR7sT8293"
+    for form in (
+        "pk_live_****8293",
+        "pk_l...8293",
+        "****8293",
+        "pk_live_\u2026",
+        "sk-proj-****************wxyz",
+    ):
+        text = redact(f"Incorrect API key provided: {form}. See the docs.", [key])
+        assert text == f"Incorrect API key provided: {MASK}. See the docs.", form
+    for plain in ("Loading... done", "2**10 tokens", "wait...ok", "a ** b", "see https://x.y/a...", "v1.2.3"):
+        assert redact(plain, [key]) == plain

@@ -127,3 +127,18 @@ async def test_redis_down_degrades_to_local_cache(embedder: Any) -> None:  # noq
     finally:
         await store.aclose()
         cache.close()
+
+
+async def test_a_quiet_healthy_redis_is_no_error(prefix: str) -> None:
+    """The follower's blocking read waits a second for news; nothing arriving is not a
+    failure (it counted a TimeoutError every second before)."""
+    errors: list[int] = []
+    cache = SemanticCache(load_verifier())
+    store = RedisSemanticStore(REDIS_URL, prefix=prefix, on_error=lambda: errors.append(1), spawn=TASKS.spawn)
+    try:
+        await store.start(cache)
+        await asyncio.sleep(2.6)  # two and a half blocking reads with nothing to read
+        assert store.errors == 0 and errors == []
+    finally:
+        await store.aclose()
+        cache.close()

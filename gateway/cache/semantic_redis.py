@@ -27,6 +27,7 @@ from gateway.cache.semantic_index import DIM
 from gateway.core.ports import Spawn, TaskHandle
 
 log = logging.getLogger("switchyard.semcache")
+FOLLOW_BLOCK_MS = 1000
 
 
 def _entry_of(uid: str, fields: dict[bytes, bytes]) -> tuple[Entry, Vector] | None:
@@ -56,6 +57,12 @@ class RedisSemanticStore:
         self.replica = uuid.uuid4().hex[:12]
         self.max_entries = max_entries
         self._redis: Any = aioredis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        # The follower's blocking XREAD waits up to FOLLOW_BLOCK_MS for news by design: its
+        # connection's read timeout is that wait plus the ordinary one, so a quiet healthy
+        # Redis is never an error; a Redis that does not answer still is.
+        self._follow_redis: Any = aioredis.from_url(
+            url, socket_timeout=FOLLOW_BLOCK_MS / 1000 + timeout_s, socket_connect_timeout=timeout_s
+        )
         self._on_error = on_error
         self._tasks: set[TaskHandle] = set()  # writes in flight
         self._follower: TaskHandle | None = None
@@ -147,7 +154,7 @@ class RedisSemanticStore:
     async def _follow(self, cache: SemanticCache, last: str) -> None:
         while True:
             try:
-                reply = await self._redis.xread({self.stream: last}, count=500, block=1000)
+                reply = await self._follow_redis.xread({self.stream: last}, count=500, block=FOLLOW_BLOCK_MS)
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:
@@ -175,3 +182,4 @@ class RedisSemanticStore:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._redis.aclose()
+        await self._follow_redis.aclose()

@@ -169,7 +169,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
         with _store() as store:
             key, rec = store.create(args.tenant, args.name)
             if not _limits_of(args).empty:
-                store.set_limits(rec.key_id, _limits_of(args))
+                store.set_limits(rec.key_id, _limits_of(args), announce=False)  # not handed out yet
     except (ValueError, InvalidOperation) as exc:
         return _fail(str(exc))
     except store_errors() as exc:

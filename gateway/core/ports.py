@@ -350,3 +350,19 @@ class ResponseStore(Protocol):
     async def delete(self, tenant: str, response_id: str) -> bool: ...
 
     def close(self) -> None: ...
+
+
+class Stickiness(Protocol):
+    """Conversation key -> the catalog model that last served it (routing/sticky.py: in this
+    process; routing/sticky_redis.py: shared by every replica of one Redis, with a TTL)."""
+
+    async def recall(self, key: str) -> str | None:
+        """The conversation's model, or None (new, expired, or the store is unreachable)."""
+        ...
+
+    def remember(self, key: str, model: str, recalled: str | None) -> None:
+        """``model`` served the conversation (``recalled``: what ``recall`` said; a shared
+        store writes only when it differs, in the background)."""
+        ...
+
+    async def aclose(self) -> None: ...

@@ -23,7 +23,7 @@ def create_key(
     except ValueError as exc:
         raise BadRequestError(str(exc), param="tenant") from None
     if not limits.empty:
-        store.set_limits(rec.key_id, limits)
+        store.set_limits(rec.key_id, limits, announce=False)  # not handed out yet
     return key, rec
 
 

@@ -16,7 +16,16 @@ from typing import Any
 
 from gateway.config.policy import Policy
 from gateway.config.settings import Settings
-from gateway.core.ports import ExactCache, Ledger, Limits, Provider, ResponseStore, SemanticLookup, Tracer
+from gateway.core.ports import (
+    ExactCache,
+    Ledger,
+    Limits,
+    Provider,
+    ResponseStore,
+    SemanticLookup,
+    Stickiness,
+    Tracer,
+)
 from gateway.limits.keys import KeyCache
 from gateway.routing.breaker import BreakerBoard
 from gateway.routing.engine_load import EngineBoard
@@ -86,4 +95,4 @@ class Services:
     tracer: Tracer | None = None
     secrets: tuple[str, ...] = field(default=(), repr=False)  # provider keys, for redaction
     responses: ResponseStore | None = None  # stored Responses API responses (previous_response_id)
-    sticky: StickyConversations = field(default_factory=StickyConversations)
+    sticky: Stickiness = field(default_factory=StickyConversations)  # shared through Redis if any

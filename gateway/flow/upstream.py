@@ -1,4 +1,5 @@
-"""The provider call: retries, fallbacks, breakers and engine spill-over around one port call,
+"""The provider call: retries, fallbacks, breakers, engine spill-over and conversation
+stickiness (the port ``svc.sticky``: in process, or shared through Redis) around one port call,
 and the tokenizer's estimate for an upstream that reported no usage."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from gateway.flow.services import Services
 from gateway.ledger.meter import estimate_usage
 from gateway.routing.attempts import run_with_fallback
 from gateway.routing.plan import RoutePlan
+from gateway.routing.sticky import prefer
 
 _R = TypeVar("_R")
 Call = Callable[[Provider, Target, float], Awaitable[_R]]
@@ -36,13 +38,16 @@ async def attempt(svc: Services, plan: RoutePlan, ex: Exchange, fn: Call[_R]) ->
     def on_error(target: Target, exc: SwitchyardError) -> None:
         svc.metrics.upstream_errors.labels(target.provider, target.model, exc.code or "error").inc()
 
-    plan, sticky = svc.sticky.prefer(ex.conversation, plan)  # the conversation's model first
+    conversation = ex.conversation
+    known = None if conversation is None else await svc.sticky.recall(conversation)
+    plan, sticky = prefer(plan, known)  # the conversation's model first
     plan = svc.engines.spill(plan, svc.metrics.count_spillover)  # saturated engines go last
     outcome = await run_with_fallback(plan, call, svc.breakers, started=ex.started, on_error=on_error)
     ex.target = outcome.target
     if sticky and outcome.target.model == plan.targets[0].model:
         ex.route_decision = "sticky"
-    svc.sticky.remember(ex.conversation, outcome.target.model)
+    if conversation is not None:
+        svc.sticky.remember(conversation, outcome.target.model, known)
     return outcome.value
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import threading
 import time
@@ -28,25 +29,15 @@ from typing import Any, Final
 import orjson
 
 from gateway.ledger.pg import pg_connect
+from gateway.ledger.postgres import pg_migrate
+from gateway.ledger.schema import stored_responses_sql
 from gateway.ledger.sqlite import connect, is_postgres_url
 
+log = logging.getLogger("switchyard")
 DEFAULT_TTL_S: Final = 30 * 24 * 3600.0
 SWEEP_EVERY_S: Final = 60.0
 MAX_CHAIN: Final = 10_000  # links followed at most (a cycle cannot be built, but bound it anyway)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS stored_responses (
-    id TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    previous_id TEXT,
-    created_at REAL NOT NULL,
-    expires_at REAL NOT NULL,
-    response BLOB NOT NULL,
-    input_items BLOB NOT NULL,
-    PRIMARY KEY (tenant, id)
-);
-CREATE INDEX IF NOT EXISTS stored_responses_expiry ON stored_responses (expires_at);
-"""
 _PUT = (
     "INSERT INTO stored_responses VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, id) DO UPDATE"
     " SET response = excluded.response, expires_at = excluded.expires_at"
@@ -95,6 +86,9 @@ class _Store:
     def _run_many(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
         """``sql`` once per row, in one transaction."""
         raise NotImplementedError
+
+    def prepare(self) -> None:
+        """Have the schema in place before the first request (blocking: call off the loop)."""
 
     def _sql(self, sql: str) -> str:
         return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
@@ -205,7 +199,9 @@ class SqliteResponseStore(_Store):
         super().__init__(ttl_s)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._conn: sqlite3.Connection = connect(path, check_same_thread=False)
-        self._conn.executescript(_SCHEMA)
+        with self._conn:
+            for stmt in stored_responses_sql("REAL", "BLOB"):
+                self._conn.execute(stmt)
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> Any:
         with self._lock, self._conn:
@@ -232,11 +228,25 @@ class PgResponseStore(_Store):
         self.url = url
         self._conn: Any = None
 
+    def prepare(self) -> None:
+        """Connect and bring the schema up to date now (at start-up; best effort: a database
+        that is down is migrated by the first call that reaches it)."""
+        try:
+            with self._lock:
+                self._connected()
+        except Exception as exc:
+            log.warning("stored responses: PostgreSQL not reachable at start-up (%s)", type(exc).__name__)
+
     def _connected(self) -> Any:
         if self._conn is None or self._conn.closed:
-            self._conn = pg_connect(self.url)
-            self._conn.autocommit = True
-            self._conn.execute(_SCHEMA.replace("REAL", "DOUBLE PRECISION").replace("BLOB", "BYTEA"))
+            conn = pg_connect(self.url)
+            conn.autocommit = True
+            try:  # the table is a migration, under the migrations' advisory lock
+                pg_migrate(conn)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
         return self._conn
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> Any:

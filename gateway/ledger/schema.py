@@ -52,7 +52,7 @@ from typing import Any, Final, Protocol
 from gateway.core.ledger_row import LedgerRow
 
 TABLE: Final = "ledger"
-SCHEMA_VERSION: Final = 10
+SCHEMA_VERSION: Final = 11
 COLUMNS: Final[tuple[str, ...]] = tuple(f.name for f in fields(LedgerRow))
 SQLITE_COLUMNS: Final = (*COLUMNS, "cost_e10", "baseline_e10")
 
@@ -216,6 +216,24 @@ def _v10(covering: str) -> tuple[str, ...]:
     )
 
 
+def stored_responses_sql(real: str, blob: str) -> tuple[str, ...]:
+    """The Responses API's stored responses (ledger/responses.py): its own file on SQLite,
+    a migration of the shared database on PostgreSQL (replicas starting together)."""
+    return (
+        f"""CREATE TABLE IF NOT EXISTS stored_responses (
+    id TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    previous_id TEXT,
+    created_at {real} NOT NULL,
+    expires_at {real} NOT NULL,
+    response {blob} NOT NULL,
+    input_items {blob} NOT NULL,
+    PRIMARY KEY (tenant, id)
+)""",
+        "CREATE INDEX IF NOT EXISTS stored_responses_expiry ON stored_responses (expires_at)",
+    )
+
+
 SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     1: _v1("TEXT", "REAL", "INTEGER PRIMARY KEY"),
     2: (
@@ -245,6 +263,7 @@ SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     ),
     9: _v9("(conversation, ts, cost_e10)"),
     10: _v10("(ts, conversation, cost_e10, tenant)"),
+    11: (),  # stored responses: their own file on SQLite (ledger/responses.py)
 }
 
 POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -273,6 +292,7 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     ),
     9: (*_v9("(conversation, ts) INCLUDE (cost_usd)"), f"ALTER TABLE {SPAN_TABLE} SET (fillfactor = 80)"),
     10: _v10("(ts) INCLUDE (conversation, cost_usd, tenant)"),
+    11: stored_responses_sql("DOUBLE PRECISION", "BYTEA"),
 }
 
 MIGRATIONS_TABLE_SQL: Final = (

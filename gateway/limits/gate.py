@@ -116,10 +116,21 @@ class Limits:
             except Exception:
                 log.exception("could not read key limits; keeping the previous ones")
                 fresh = self._key_limits
-            self._key_limits_at = time.monotonic()
-            if fresh != self._key_limits:
-                self._key_limits = fresh
-                self.plans.clear()
+            self.replace_key_limits(fresh)
+
+    def replace_key_limits(self, fresh: dict[str, KeyLimits]) -> None:
+        """Every key's limits as the store has them now (read off the loop by a KeyWatch)."""
+        self._key_limits_at = time.monotonic()
+        if fresh != self._key_limits:
+            self._key_limits = fresh
+            self.plans.clear()
+
+    def learn(self, key_id: str, limits: KeyLimits) -> None:
+        """One key's limits as the store gave them with its record (a key made on another
+        replica moments ago is never admitted here without its limits)."""
+        if self._key_limits.get(key_id, NO_LIMITS) != limits:
+            self._key_limits = {**self._key_limits, key_id: limits}
+            self.plans.clear()
 
     def candidate(
         self, policy: Policy, route: str, kind: str, route_policy: RoutePolicy, targets: Sequence[Target]

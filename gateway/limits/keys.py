@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Generic, Protocol, Self, TypeVar
@@ -54,6 +54,11 @@ def schema_sql(real: str) -> tuple[str, ...]:
         daily_usd TEXT,
         monthly_usd TEXT
     )""",
+        # One counter bumped after every revoke and limits change (by any replica or the CLI):
+        # replicas poll it (KeyWatch) and drop what they cached when it moves.
+        "CREATE TABLE IF NOT EXISTS key_store_version "
+        "(one INTEGER PRIMARY KEY CHECK (one = 1), version BIGINT NOT NULL)",
+        "INSERT INTO key_store_version (one, version) VALUES (1, 0) ON CONFLICT (one) DO NOTHING",
     )
 
 
@@ -63,8 +68,12 @@ _INSERT_KEY: Final = (
     "INSERT INTO api_keys (key_id, key_hash, tenant, name, created_at) VALUES (?, ?, ?, ?, ?)"
 )
 _SELECT_KEY: Final = (
-    "SELECT key_id, key_hash, tenant, name, created_at, revoked_at FROM api_keys WHERE key_id = ?"
+    "SELECT k.key_id, k.key_hash, k.tenant, k.name, k.created_at, k.revoked_at, "
+    "l.rpm, l.tpm, l.daily_usd, l.monthly_usd "
+    "FROM api_keys k LEFT JOIN key_limits l ON l.key_id = k.key_id WHERE k.key_id = ?"
 )
+_VERSION: Final = "SELECT version FROM key_store_version WHERE one = 1"
+_BUMP: Final = "UPDATE key_store_version SET version = version + 1 WHERE one = 1"
 _SELECT_ALL: Final = "SELECT key_id, tenant, name, created_at, revoked_at FROM api_keys"
 _REVOKE: Final = "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL"
 _IS_ACTIVE: Final = "SELECT 1 FROM api_keys WHERE key_id = ? AND revoked_at IS NULL"
@@ -95,21 +104,6 @@ def hash_key(key: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class KeyRecord:
-    """What is known about a key; never the key itself nor its full hash."""
-
-    key_id: str
-    tenant: str
-    name: str | None
-    created_at: float  # unix seconds
-    revoked_at: float | None = None
-
-    @property
-    def revoked(self) -> bool:
-        return self.revoked_at is not None
-
-
-@dataclass(frozen=True, slots=True)
 class KeyLimits:
     """A key's own limits (None: none of its own; policy defaults apply to rpm/tpm)."""
 
@@ -121,6 +115,22 @@ class KeyLimits:
     @property
     def empty(self) -> bool:
         return self.rpm is None and self.tpm is None and self.daily_usd is None and self.monthly_usd is None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """What is known about a key; never the key itself nor its full hash."""
+
+    key_id: str
+    tenant: str
+    name: str | None
+    created_at: float  # unix seconds
+    revoked_at: float | None = None
+    limits: KeyLimits = field(default=KeyLimits(), compare=False)  # its own, read with it (lookups)
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
 
 
 MAX_LIMIT = 10**9  # rpm, tpm and USD: more is no limit at all and overflows counters and gauges
@@ -179,7 +189,7 @@ class KeyStoreBase(ABC):
             record = KeyRecord(digest[:KEY_ID_LEN], tenant, name, time.time())
             params = (record.key_id, digest, tenant, name, record.created_at)
             if self._insert_new(_INSERT_KEY, params):
-                return key, record
+                return key, record  # no replica holds anything about it yet: nothing to announce
             # key_id collision (48 bits): draw again
         raise RuntimeError("could not allocate a unique key id")  # pragma: no cover
 
@@ -197,7 +207,7 @@ class KeyStoreBase(ABC):
         row = rows[0]
         if row[5] is not None:
             return None
-        return KeyRecord(str(row[0]), str(row[2]), row[3], float(row[4]), None)
+        return KeyRecord(str(row[0]), str(row[2]), row[3], float(row[4]), None, _limits_row(tuple(row[6:])))
 
     def list(self, include_revoked: bool = False) -> builtins.list[KeyRecord]:
         """Every key (active ones only unless ``include_revoked``), oldest first."""
@@ -210,10 +220,15 @@ class KeyStoreBase(ABC):
 
     def revoke(self, key_id: str) -> bool:
         """Revoke the key ``key_id``. False if there is no such active key."""
-        return self._change(_REVOKE, (time.time(), key_id)) == 1
+        if self._change(_REVOKE, (time.time(), key_id)) != 1:
+            return False
+        self._change(_BUMP, ())
+        return True
 
-    def set_limits(self, key_id: str, limits: KeyLimits) -> bool:
-        """Replace the limits of the active key ``key_id``. False if there is no such key."""
+    def set_limits(self, key_id: str, limits: KeyLimits, *, announce: bool = True) -> bool:
+        """Replace the limits of the active key ``key_id``. False if there is no such key.
+        ``announce``: move the change counter (replicas reload); False only for a key just
+        created and not yet handed out (a replica reads its limits with its first lookup)."""
         for value in (limits.rpm, limits.tpm, limits.daily_usd, limits.monthly_usd):
             if value is not None and value <= 0:
                 raise ValueError("limits must be positive (omit a limit to remove it)")
@@ -231,7 +246,14 @@ class KeyStoreBase(ABC):
                 None if limits.monthly_usd is None else str(limits.monthly_usd),
             ),
         )
+        if announce:
+            self._change(_BUMP, ())
         return True
+
+    def version(self) -> int:
+        """The store's change counter: it moves after every revoke and limits change."""
+        rows = self._rows(_VERSION, ())
+        return int(rows[0][0]) if rows else 0
 
     def all_limits(self) -> dict[str, KeyLimits]:
         """key_id -> limits, for every active key that has limits of its own."""
@@ -332,10 +354,12 @@ class KeyCache:
     """Serves repeated key lookups from memory.
 
     Positive entries live ``ttl`` seconds, so a revocation (possibly by another process)
-    takes effect within ``ttl``. Unknown keys are remembered for ``negative_ttl`` seconds in a
-    bounded LRU (``max_negative`` entries), so a flood of random keys costs at most one
-    database read each and cannot grow memory without bound. Entries are keyed by the key's
-    hash; the key itself is not kept.
+    takes effect within ``ttl``; sooner with a ``KeyWatch`` (limits/key_watch.py), which clears
+    the cache as soon as the store's change counter moves. A record read from the store carries
+    the key's own limits, handed to ``on_record`` before the caller admits the request.
+    Unknown keys are remembered for ``negative_ttl`` seconds in a bounded LRU (``max_negative``
+    entries), so a flood of random keys costs at most one database read each and cannot grow
+    memory without bound. Entries are keyed by the key's hash; the key itself is not kept.
 
     While the store is unreachable (PostgreSQL down), a key it confirmed keeps working for at
     most ``stale`` seconds after that confirmation; then it gets 503 like an unknown key. So a
@@ -354,8 +378,10 @@ class KeyCache:
         max_negative: int = 10_000,
         stale: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        on_record: Callable[[KeyRecord], None] | None = None,
     ) -> None:
         self.store = store
+        self.on_record = on_record  # told each record read from the store (its limits: Limits.learn)
         self.ttl = ttl
         self.stale = max(stale, ttl)
         self.negative_ttl = negative_ttl
@@ -400,6 +426,8 @@ class KeyCache:
             self._confirmed.pop(digest, None)
             self._remember(self._misses, digest, now + self.negative_ttl, self.max_negative)
         else:
+            if self.on_record is not None:
+                self.on_record(record)  # its limits are known before the request is admitted
             self._remember(self._hits, digest, (now + ttl, record), self.max_entries)
             if len(self._confirmed) >= self.max_entries:
                 self._confirmed.clear()  # bounded; a key not in it is simply re-confirmed

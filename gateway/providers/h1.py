@@ -10,6 +10,7 @@ What it does: keep-alive connections per upstream (LIFO, closed when idle past
 ``keepalive_s`` or marked ``Connection: close``), TLS with the system trust store, request
 heads checked for CR/LF, ``Content-Length`` and chunked answers and answers read until the
 server closes, gzip/deflate answers (decompressed size bounded too), 1xx answers skipped,
+answer heads bounded (``MAX_HEADER_BYTES``: past it the call fails as a bad answer, a 502),
 answer bodies bounded (the connection is dropped, not drained, past the bound). A connection
 taken from the pool that the server closed before sending any byte of the answer (the
 keep-alive race: the server's idle timeout fired as the request left) is retried once on a
@@ -33,9 +34,9 @@ from urllib.parse import urlsplit
 import httptools
 
 from gateway.providers.h1_stream import H1Stream
-from gateway.providers.h1_wire import H1Error, H1Response, decoded, identity, request_head
+from gateway.providers.h1_wire import MAX_HEADER_BYTES, H1Error, H1Response, decoded, identity, request_head
 
-__all__ = ["RACE_IDLE_S", "H1Error", "H1Pool", "H1Response", "H1Stream", "LazyPool"]
+__all__ = ["MAX_HEADER_BYTES", "RACE_IDLE_S", "H1Error", "H1Pool", "H1Response", "H1Stream", "LazyPool"]
 
 RACE_IDLE_S = 1.0  # a reused connection closed unanswered is retried only after this much idling
 SWEEP_S = 0.05  # how often the pool looks for answers past their deadline while calls wait
@@ -48,6 +49,7 @@ class _Conn(asyncio.Protocol):
 
     __slots__ = (
         "_got_bytes",
+        "_head_bytes",
         "_headers",
         "_limit",
         "_parser",
@@ -83,6 +85,7 @@ class _Conn(asyncio.Protocol):
         self._parts: list[bytes] = []
         self._size = 0
         self._headers: dict[str, str] = {}
+        self._head_bytes = 0  # bytes read while the head is unfinished (-1: it is whole)
         self._status = 0
         self._got_bytes = False
         self._until_close = False
@@ -103,6 +106,12 @@ class _Conn(asyncio.Protocol):
             self._fail(H1Error("protocol", "the upstream switched protocols"))
         except httptools.HttpParserError as exc:
             self._fail(H1Error("protocol", f"malformed HTTP answer ({type(exc).__name__})"))
+            return
+        if self._head_bytes >= 0:  # the head is still arriving: bounded (the parser buffers it)
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEADER_BYTES:
+                kib = MAX_HEADER_BYTES // 1024
+                self._fail(H1Error("protocol", f"response headers larger than {kib} KiB"))
 
     def eof_received(self) -> bool | None:
         return None  # close the transport; connection_lost follows
@@ -131,6 +140,7 @@ class _Conn(asyncio.Protocol):
         self._headers[key] = text if old is None else f"{old}, {text}"
 
     def on_headers_complete(self) -> None:
+        self._head_bytes = -1
         self._status = status = self._parser.get_status_code()
         headers = self._headers
         length = headers.get("content-length")

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from gateway.core.errors import UpstreamError
 from gateway.core.record import record
 
+MAX_HEADER_BYTES = 64 * 1024  # an answer's head (status line and headers) larger than this is refused
+
 
 class H1Error(UpstreamError):
     """No complete HTTP answer. ``kind``: ``connect`` (no connection), ``disconnected`` (the

@@ -6,7 +6,11 @@ A conversation is named by what the client gives (``prompt_cache_key``, Anthropi
 ``metadata.user_id``, a Responses ``previous_response_id`` chain) or else by a fingerprint of
 its leading messages (system prompt + first user turn), per tenant and route. The router
 moves a conversation only when its model is no longer a target of the route, its breaker
-is open, or its attempt fails (the fallback then serves and is remembered)."""
+is open, or its attempt fails (the fallback then serves and is remembered).
+
+``StickyConversations`` keeps them in this process (a laptop, or replicas without Redis: each
+replica learns on its own); with Redis, ``sticky_redis.RedisSticky`` shares them (chosen in
+bootstrap)."""
 
 from __future__ import annotations
 
@@ -46,6 +50,17 @@ def conversation_key(tenant: str, route: str, body: dict[str, Any], hint: str | 
     return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
+def prefer(plan: RoutePlan, model: str | None) -> tuple[RoutePlan, bool]:
+    """``plan`` with ``model`` (a conversation's) tried first; True when that reordered it."""
+    if model is None:
+        return plan, False
+    first = [t for t in plan.targets if t.model == model]
+    if not first or plan.targets[0].model == model:
+        return plan, False
+    rest = tuple(t for t in plan.targets if t.model != model)
+    return replace(plan, targets=(first[0], *rest)), True
+
+
 class StickyConversations:
     """conversation key -> the catalog model that last served it (an LRU bounded in entries,
     entries forgotten after ``ttl_s`` idle)."""
@@ -61,24 +76,29 @@ class StickyConversations:
     def __len__(self) -> int:
         return len(self._models)
 
-    def prefer(self, key: str | None, plan: RoutePlan) -> tuple[RoutePlan, bool]:
-        """``plan`` with the conversation's model tried first; True when that reordered it."""
+    def model(self, key: str | None) -> str | None:
+        """The conversation's model (None: unknown or idle past the TTL)."""
         if key is None:
-            return plan, False
+            return None
         entry = self._models.get(key)
         if entry is None or self._clock() - entry[0] > self.ttl_s:
-            return plan, False
-        model = entry[1]
-        first = [t for t in plan.targets if t.model == model]
-        if not first or plan.targets[0].model == model:
-            return plan, False
-        rest = tuple(t for t in plan.targets if t.model != model)
-        return replace(plan, targets=(first[0], *rest)), True
+            return None
+        return entry[1]
 
-    def remember(self, key: str | None, model: str) -> None:
+    def prefer(self, key: str | None, plan: RoutePlan) -> tuple[RoutePlan, bool]:
+        """``plan`` with the conversation's model tried first; True when that reordered it."""
+        return prefer(plan, self.model(key))
+
+    async def recall(self, key: str) -> str | None:
+        return self.model(key)
+
+    def remember(self, key: str | None, model: str, recalled: str | None = None) -> None:
         if key is None:
             return
         self._models[key] = (self._clock(), model)
         self._models.move_to_end(key)
         while len(self._models) > self.max_entries:
             self._models.popitem(last=False)
+
+    async def aclose(self) -> None:
+        return None

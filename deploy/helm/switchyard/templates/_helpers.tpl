@@ -93,3 +93,20 @@ privileged: false
 capabilities:
   drop: ["ALL"]
 {{- end -}}
+
+{{/*
+More than one gateway pod shares keys, budgets, rate limits, stored Responses and conversation
+stickiness only through PostgreSQL and Redis: refuse to render such an install without both
+(unless gateway.allowPerReplicaState says each pod may keep its own).
+*/}}
+{{- define "switchyard.replicas.check" -}}
+{{- $g := .Values.gateway -}}
+{{- $many := or (and $g.autoscaling.enabled (gt (int $g.autoscaling.maxReplicas) 1)) (and (not $g.autoscaling.enabled) (gt (int $g.replicas) 1)) -}}
+{{- $shared := and .Values.ledger.postgresql.existingSecret (include "switchyard.redis.wanted" .) -}}
+{{- if and $many (not $shared) (not $g.allowPerReplicaState) -}}
+{{- $missing := list -}}
+{{- if not .Values.ledger.postgresql.existingSecret -}}{{- $missing = append $missing "ledger.postgresql.existingSecret (the ledger, virtual keys and stored Responses)" -}}{{- end -}}
+{{- if not (include "switchyard.redis.wanted" .) -}}{{- $missing = append $missing "redis.enabled or redis.external (rate limits, budgets, the exact cache, conversation stickiness)" -}}{{- end -}}
+{{- fail (printf "gateway: more than one replica needs shared state; set %s. Without it every pod keeps its own keys, budgets, caches and conversations (docs/replicas.md); set gateway.allowPerReplicaState=true to accept that" (join " and " $missing)) -}}
+{{- end -}}
+{{- end -}}
