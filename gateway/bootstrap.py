@@ -23,7 +23,10 @@ from gateway.config.loader import PolicyError, load_policy
 from gateway.config.policy import CachePolicy, Policy, ProviderPolicy
 from gateway.config.settings import Settings
 from gateway.core.ports import ExactCache, Ledger, Provider, Tracer
+from gateway.flow.batch_runner import BatchRunner
 from gateway.flow.services import Services, TaskOwner
+from gateway.ledger.batch_files import LocalFileStore
+from gateway.ledger.batches import open_batch_store
 from gateway.ledger.open import open_ledger
 from gateway.ledger.responses import open_response_store
 from gateway.ledger.tokens import count_prompt_tokens
@@ -203,6 +206,7 @@ class Gateway:
         self._services = services
         self._key_store = key_store
         self._reload_lock = asyncio.Lock()
+        self.batch_runner = BatchRunner(lambda: self._services)
         self._redact()
 
     @property
@@ -277,6 +281,8 @@ class Gateway:
         await asyncio.to_thread(svc.ledger.close)
         if svc.responses is not None:
             svc.responses.close()
+        if svc.batches is not None:
+            svc.batches.close()
         self._key_store.close()
 
 
@@ -360,12 +366,15 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
         tracer=_tracer(settings, policy),
         secrets=_secrets(policy),
         responses=open_response_store(settings.ledger_url, settings.home),
+        batches=open_batch_store(settings.ledger_url),  # tables of the ledger's migrations
+        files=LocalFileStore(settings.home / "files"),
     )
     _warn_unconfigured(policy)
     gateway = Gateway(services, key_store)
     semantic.start_warm(policy)  # loads the embedder only if a route uses it; /readyz 503 until then
     progress.phase = "started"
     tasks.daemon(engines.run(metrics.record_engine))  # engine /metrics probe (idle if none)
+    tasks.daemon(gateway.batch_runner.run())  # Batch API items (idle without open batches)
     if settings.policy_watch_s > 0:
         tasks.daemon(gateway.watch_policy(settings.policy_watch_s))
     return gateway

@@ -218,6 +218,29 @@ class ClassifierPolicy(_Strict):
         return self
 
 
+class RouteBatchPolicy(_Strict):
+    """How the route runs Batch API items (docs/batch.md). ``low_priority``: as ordinary
+    requests, at most ``concurrency`` at a time, paused while ``yield_above`` interactive
+    requests or more are in flight; ``self_hosted``: also only while every self-hosted engine
+    of the route has spare capacity (waiting queue <= ``max_waiting``, KV cache use <=
+    ``max_kv_usage``, as its /metrics probe reads them)."""
+
+    lane: Literal["low_priority", "self_hosted"] = "low_priority"
+    concurrency: int = Field(default=4, gt=0, le=1024)
+    yield_above: int | None = Field(default=1, gt=0)
+    max_waiting: int = Field(default=0, ge=0)
+    max_kv_usage: float = Field(default=0.8, gt=0, le=1)
+
+
+class BatchesPolicy(_Strict):
+    """The Files and Batch APIs (docs/batch.md)."""
+
+    max_file_bytes: int = Field(default=200 * 1024 * 1024, gt=0)  # an uploaded file, at most
+    max_items: int = Field(default=50_000, gt=0)  # lines (requests) of one batch, at most
+    lease_s: float = Field(default=900.0, gt=0)  # a claimed item is taken back after this (a dead worker)
+    poll_interval_s: float = Field(default=0.5, gt=0, le=60)
+
+
 class RoutePolicy(_Strict):
     targets: list[TargetPolicy] = Field(min_length=1)
     baseline: str | None = None  # reference model for baseline cost; default: first target
@@ -234,6 +257,7 @@ class RoutePolicy(_Strict):
 
     tiers: TiersPolicy | None = None  # cheap / self_hosted / strong; then `targets` is derived
     classifier: ClassifierPolicy | None = None  # needs tiers
+    batch: RouteBatchPolicy = Field(default_factory=RouteBatchPolicy)  # Batch API items
 
     @model_validator(mode="before")
     @classmethod
@@ -319,6 +343,7 @@ class Policy(_Strict):
     breaker: BreakerPolicy = Field(default_factory=BreakerPolicy)
     limits: LimitsPolicy = Field(default_factory=LimitsPolicy)
     telemetry: TelemetryPolicy = Field(default_factory=TelemetryPolicy)
+    batches: BatchesPolicy = Field(default_factory=BatchesPolicy)
 
     def allowed_models(self, tenant: str) -> frozenset[str] | None:
         """The routes/models a tenant may call; None means every one the policy exposes."""

@@ -57,3 +57,4 @@ class LedgerRow:
     savings_cause: str = "none"
     route_decision: str | None = None  # the router's choice, e.g. "weak" | "strong" | "spill"
     conversation: str | None = None  # conversation_id(): 16 hex digits, never the client's text
+    batch_id: str | None = None  # the batch this request was an item of (docs/batch.md)

@@ -16,7 +16,17 @@ from typing import Any
 
 from gateway.config.policy import Policy
 from gateway.config.settings import Settings
-from gateway.core.ports import ExactCache, Ledger, Limits, Provider, ResponseStore, SemanticLookup, Tracer
+from gateway.core.ports import (
+    BatchStore,
+    ExactCache,
+    FileStore,
+    Ledger,
+    Limits,
+    Provider,
+    ResponseStore,
+    SemanticLookup,
+    Tracer,
+)
 from gateway.limits.keys import KeyCache
 from gateway.routing.breaker import BreakerBoard
 from gateway.routing.engine_load import EngineBoard
@@ -87,3 +97,5 @@ class Services:
     secrets: tuple[str, ...] = field(default=(), repr=False)  # provider keys, for redaction
     responses: ResponseStore | None = None  # stored Responses API responses (previous_response_id)
     sticky: StickyConversations = field(default_factory=StickyConversations)
+    batches: BatchStore | None = None  # the Batch API's state (in the ledger's database)
+    files: FileStore | None = None  # the Files API's files
