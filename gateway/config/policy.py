@@ -227,7 +227,7 @@ class RouteBatchPolicy(_Strict):
 
     lane: Literal["low_priority", "self_hosted"] = "low_priority"
     concurrency: int = Field(default=4, gt=0, le=1024)
-    yield_above: int | None = Field(default=1, gt=0)
+    yield_above: int | None = Field(default=8, gt=0)
     max_waiting: int = Field(default=0, ge=0)
     max_kv_usage: float = Field(default=0.8, gt=0, le=1)
 
