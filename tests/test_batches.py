@@ -41,7 +41,9 @@ def _lines(n: int, endpoint: str = "/v1/chat/completions") -> list[dict[str, Any
 
 
 def _jsonl(lines: list[Any]) -> bytes:
-    return b"".join((json.dumps(x) if not isinstance(x, bytes) else x.decode()).encode() + b"\n" for x in lines)
+    return b"".join(
+        (json.dumps(x) if not isinstance(x, bytes) else x.decode()).encode() + b"\n" for x in lines
+    )
 
 
 def _wait(fetch: Any, done: Any, timeout: float = 20.0) -> Any:
@@ -100,9 +102,10 @@ def test_embeddings_batch_and_an_item_the_upstream_refuses(gw: RunningGateway) -
 
 
 def test_files_and_batches_are_tenant_scoped_and_bad_requests_change_nothing(gw: RunningGateway) -> None:
-    with openai.OpenAI(base_url=gw.base_url, api_key=gw.key("team-a"), max_retries=0) as a, openai.OpenAI(
-        base_url=gw.base_url, api_key=gw.key("team-b"), max_retries=0
-    ) as b:
+    with (
+        openai.OpenAI(base_url=gw.base_url, api_key=gw.key("team-a"), max_retries=0) as a,
+        openai.OpenAI(base_url=gw.base_url, api_key=gw.key("team-b"), max_retries=0) as b,
+    ):
         f = a.files.create(file=("in.jsonl", _jsonl(_lines(1))), purpose="batch")
         with pytest.raises(openai.NotFoundError):
             b.files.retrieve(f.id)
@@ -134,7 +137,9 @@ def test_cancel_ends_what_has_not_run(tmp_path: Path, mock: MockUpstream) -> Non
         lines = [{**x, "body": {**x["body"], "model": "slow"}} for x in _lines(200)]
         with openai.OpenAI(base_url=g.base_url, api_key=g.key(), max_retries=0) as client:
             f = client.files.create(file=("in.jsonl", _jsonl(lines)), purpose="batch")
-            b = client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+            b = client.batches.create(
+                input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
             assert client.batches.cancel(b.id).status == "cancelling"
             done = _wait(lambda: client.batches.retrieve(b.id), lambda x: x.status == "cancelled")
             assert done.request_counts.total == 200
@@ -152,18 +157,25 @@ def test_anthropic_sdk_message_batches(gw: RunningGateway) -> None:
     reqs = [{"custom_id": f"m{i}", "params": {"model": "claude", "max_tokens": 8,
                                               "messages": [{"role": "user", "content": f"hello {i}"}]}}
             for i in range(4)]  # fmt: skip
-    reqs.append({"custom_id": "bad", "params": {"model": "claude", "messages": [{"role": "user", "content": "x"}]}})
+    reqs.append(
+        {"custom_id": "bad", "params": {"model": "claude", "messages": [{"role": "user", "content": "x"}]}}
+    )
     with anthropic.Anthropic(base_url=gw.url, api_key=gw.key(), max_retries=0) as client:
         batch = client.messages.batches.create(requests=reqs)  # type: ignore[arg-type]
         assert batch.type == "message_batch" and batch.processing_status == "in_progress"
-        done = _wait(lambda: client.messages.batches.retrieve(batch.id), lambda b: b.processing_status == "ended")
+        done = _wait(
+            lambda: client.messages.batches.retrieve(batch.id), lambda b: b.processing_status == "ended"
+        )
         assert done.request_counts.succeeded == 4 and done.request_counts.errored == 1
         results = {r.custom_id: r.result for r in client.messages.batches.results(batch.id)}
         assert batch.id in [b.id for b in client.messages.batches.list()]
         with pytest.raises(anthropic.NotFoundError):
             client.messages.batches.retrieve("msgbatch_nope")
         assert client.messages.batches.cancel(batch.id).processing_status == "ended"
-    assert {k: v.type for k, v in results.items()} == {**{f"m{i}": "succeeded" for i in range(4)}, "bad": "errored"}
+    assert {k: v.type for k, v in results.items()} == {
+        **{f"m{i}": "succeeded" for i in range(4)},
+        "bad": "errored",
+    }
     assert results["m0"].message.role == "assistant"  # type: ignore[union-attr]
     rows = [r for r in gw.ledger_rows() if r["batch_id"] == batch.id]
     assert len(rows) == 4 and {r["endpoint"] for r in rows} == {"messages"}
