@@ -42,6 +42,10 @@ def _serve(home: Path, port: int) -> Iterator[tuple[GatewayProcess, str]]:
         gw.stop()
 
 
+def _client(gw: GatewayProcess, key: str) -> httpx.Client:
+    return httpx.Client(base_url=gw.url, headers={"authorization": f"Bearer {key}"}, timeout=10)
+
+
 def _batch(client: httpx.Client, batch_id: str) -> dict[str, Any]:
     r = client.get(f"/v1/batches/{batch_id}")
     assert r.status_code == 200, r.text
@@ -59,35 +63,32 @@ def test_sigkill_mid_batch_loses_no_item_and_repeats_none(tmp_path: Path) -> Non
     data = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
     with MockUpstream(ttft_ms=15, itl_ms=0, tokens=4) as mock:
         port = int(mock.base_url.rsplit(":", 1)[1])
-        if True:
-            with _serve(home, port) as (gw, key):
-                with httpx.Client(
-                    base_url=gw.url, headers={"authorization": f"Bearer {key}"}, timeout=10
-                ) as c:
-                    up = c.post("/v1/files", files={"file": ("in.jsonl", data)}, data={"purpose": "batch"})
-                    assert up.status_code == 200, up.text
-                    r = c.post("/v1/batches", json={"input_file_id": up.json()["id"],
-                                                    "endpoint": "/v1/chat/completions", "completion_window": "24h"})  # fmt: skip
-                    assert r.status_code == 200, r.text
-                    batch_id = r.json()["id"]
-                    deadline = time.monotonic() + 60
-                    while _batch(c, batch_id)["request_counts"]["completed"] < ITEMS // 3:
-                        assert time.monotonic() < deadline
-                        time.sleep(0.01)
-                    os.kill(gw.proc.pid, signal.SIGKILL)  # mid-batch: no shutdown, no release
-                    gw.proc.wait(10)
-                    before = _batch_count(home, batch_id)
-            assert 0 < before < ITEMS, "the kill must land mid-batch"
-            with _serve(home, port) as (gw, key):
-                with httpx.Client(
-                    base_url=gw.url, headers={"authorization": f"Bearer {key}"}, timeout=10
-                ) as c:
-                    deadline = time.monotonic() + 90
-                    while (b := _batch(c, batch_id))["status"] != "completed":
-                        assert time.monotonic() < deadline, b
-                        time.sleep(0.05)
-                    assert b["request_counts"] == {"total": ITEMS, "completed": ITEMS, "failed": 0}
-                    out = c.get(f"/v1/files/{b['output_file_id']}/content").text.splitlines()
+        with _serve(home, port) as (gw, key), _client(gw, key) as c:
+            up = c.post("/v1/files", files={"file": ("in.jsonl", data)}, data={"purpose": "batch"})
+            assert up.status_code == 200, up.text
+            body = {
+                "input_file_id": up.json()["id"],
+                "endpoint": "/v1/chat/completions",
+                "completion_window": "24h",
+            }
+            r = c.post("/v1/batches", json=body)
+            assert r.status_code == 200, r.text
+            batch_id = r.json()["id"]
+            deadline = time.monotonic() + 60
+            while _batch(c, batch_id)["request_counts"]["completed"] < ITEMS // 3:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            os.kill(gw.proc.pid, signal.SIGKILL)  # mid-batch: no shutdown, no release
+            gw.proc.wait(10)
+            before = _batch_count(home, batch_id)
+        assert 0 < before < ITEMS, "the kill must land mid-batch"
+        with _serve(home, port) as (gw, key), _client(gw, key) as c:
+            deadline = time.monotonic() + 90
+            while (b := _batch(c, batch_id))["status"] != "completed":
+                assert time.monotonic() < deadline, b
+                time.sleep(0.05)
+            assert b["request_counts"] == {"total": ITEMS, "completed": ITEMS, "failed": 0}
+            out = c.get(f"/v1/files/{b['output_file_id']}/content").text.splitlines()
         served = mock.state.served
     results = [json.loads(x) for x in out]
     assert sorted(r["custom_id"] for r in results) == sorted(f"c{i}" for i in range(ITEMS))  # each once
