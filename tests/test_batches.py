@@ -179,3 +179,27 @@ def test_anthropic_sdk_message_batches(gw: RunningGateway) -> None:
     assert results["m0"].message.role == "assistant"  # type: ignore[union-attr]
     rows = [r for r in gw.ledger_rows() if r["batch_id"] == batch.id]
     assert len(rows) == 4 and {r["endpoint"] for r in rows} == {"messages"}
+
+
+def test_a_batch_over_the_budget_is_refused_whole(tmp_path: Path, mock: MockUpstream) -> None:
+    policy = mock_policy(mock.base_url).replace(
+        "tenants:\n", "tenants:\n  team-c:\n    budget: {daily_usd: 0.0001}\n"
+    )
+    g = start_gateway(tmp_path, policy + POLICY_EXTRA)
+    try:
+        with openai.OpenAI(base_url=g.base_url, api_key=g.key("team-c"), max_retries=0) as client:
+            big = client.files.create(file=("big.jsonl", _jsonl(_lines(60))), purpose="batch")
+            with pytest.raises(openai.RateLimitError) as exc:  # 60 worst cases > $0.0001
+                client.batches.create(
+                    input_file_id=big.id, endpoint="/v1/chat/completions", completion_window="24h"
+                )
+            assert exc.value.code == "budget_exceeded"
+            assert client.batches.list().data == []  # nothing stored, nothing held
+            small = client.files.create(file=("small.jsonl", _jsonl(_lines(10))), purpose="batch")
+            b = client.batches.create(
+                input_file_id=small.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+            done = _wait(lambda: client.batches.retrieve(b.id), lambda x: x.status == "completed")
+            assert done.request_counts.completed == 10
+    finally:
+        g.stop()

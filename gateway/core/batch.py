@@ -41,7 +41,24 @@ class Batch:
     output_file_id: str | None = None
     error_file_id: str | None = None
     errors: list[dict[str, Any]] | None = None  # per-line problems found when it was created
-    reserved_usd: str | None = None  # the worst case held on the budgets (Decimal string)
+
+
+class BatchHolds:
+    """What the budgets hold for the items of this process's batches not yet run: batch id ->
+    item index -> the opaque reservation (core.ports.Limits). Reserved when a batch is created,
+    released item by item as each runs (the run reserves for itself) or when the batch is
+    cancelled or expires. In memory: after a restart the budgets are seeded again from the
+    ledger and each item reserves when it runs."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, dict[int, Any]] = {}
+
+    def take(self, batch_id: str, idx: int) -> Any:
+        items = self.held.get(batch_id)
+        return None if items is None else items.pop(idx, None)
+
+    def take_all(self, batch_id: str) -> list[Any]:
+        return list(self.held.pop(batch_id, {}).values())
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from gateway.core.batch import Batch, Claimed
 from gateway.core.errors import SwitchyardError
 from gateway.core.ports import BatchStore
 from gateway.core.types import Principal
-from gateway.flow import batch_items
+from gateway.flow import batch_budget, batch_items
 from gateway.flow.services import Services
 from gateway.protocols import batches as wire
 
@@ -57,8 +57,10 @@ class BatchRunner:
             if batch.status == "in_progress" and now >= batch.expires_at:
                 await store.close_pending(batch.id, "expired", wire.closed("expired"))
                 batch.times["expired_at"] = now
+                batch_budget.release(svc, svc.batch_holds.take_all(batch.id))
             elif batch.status == "cancelling":
                 await store.close_pending(batch.id, "canceled", wire.closed("canceled"))
+                batch_budget.release(svc, svc.batch_holds.take_all(batch.id))
             counts = await store.counts(batch.id)
             left = counts.get("pending", 0) + counts.get("running", 0)
             if left == 0 and self._per_batch.get(batch.id, 0) == 0:
@@ -97,6 +99,7 @@ class BatchRunner:
 
     async def _one(self, svc: Services, store: BatchStore, batch: Batch, item: Claimed) -> None:
         try:
+            svc.limits.release(svc.batch_holds.take(batch.id, item.idx))  # the run reserves for itself
             status, result, row = await batch_items.run(svc, batch, item)
             data = None if row is None else batch_items.row_json(row)
             if await store.complete(item, status, result, data) and row is not None:
@@ -146,6 +149,7 @@ async def bill(svc: Services, store: BatchStore) -> None:
 async def finalise(svc: Services, store: BatchStore, batch: Batch) -> None:
     """Nothing left to run: the final status and, for OpenAI, the output and error files."""
     now = time.time()
+    batch_budget.release(svc, svc.batch_holds.take_all(batch.id))
     batch.times.setdefault("finalizing_at", now)
     if batch.api == "openai" and svc.files is not None:
         out, err = bytearray(), bytearray()

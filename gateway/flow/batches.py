@@ -14,6 +14,7 @@ from gateway.core.batch import OPEN, Batch, NewItem
 from gateway.core.errors import BadRequestError, NotConfiguredError, NotFoundError
 from gateway.core.ports import BatchStore, FileStore
 from gateway.core.types import Principal
+from gateway.flow import batch_budget
 from gateway.flow.services import Services
 from gateway.protocols import batches as wire
 from gateway.protocols.ids import random_hex
@@ -141,7 +142,7 @@ async def create_openai(svc: Services, who: Principal, body: Any) -> dict[str, A
         metadata=metadata,
         errors=errors or None,
     )
-    await _store(svc).create(batch, items)
+    await _create(svc, who, batch, items)
     return wire.openai_batch(batch, _counts(items))
 
 
@@ -150,8 +151,22 @@ async def create_anthropic(svc: Services, who: Principal, body: Any) -> dict[str
         raise BadRequestError("The request body must be a JSON object")
     items, model = wire.anthropic_items(body.get("requests"), svc.policy.batches.max_items)
     batch = _new(who, "anthropic", "/v1/messages", model, "24h", input_file_id=None, metadata=None)
-    await _store(svc).create(batch, items)
+    await _create(svc, who, batch, items)
     return wire.anthropic_batch(batch, _counts(items), results_url(batch.id))
+
+
+async def _create(svc: Services, who: Principal, batch: Batch, items: list[NewItem]) -> None:
+    """Reserve the batch's worst case (refused whole when the budgets cannot hold it), then
+    store it; its items run from the next turn of the runner."""
+    store = _store(svc)
+    holds = await batch_budget.reserve(svc, who, batch.endpoint, items)
+    try:
+        await store.create(batch, items)
+    except BaseException:
+        batch_budget.release(svc, list(holds.values()))
+        raise
+    if holds:
+        svc.batch_holds.held[batch.id] = holds
 
 
 def _counts(items: list[NewItem]) -> dict[str, int]:

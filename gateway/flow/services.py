@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.config.policy import Policy
 from gateway.config.settings import Settings
+from gateway.core.batch import BatchHolds
 from gateway.core.ports import (
     BatchStore,
     ExactCache,
@@ -99,3 +100,4 @@ class Services:
     sticky: StickyConversations = field(default_factory=StickyConversations)
     batches: BatchStore | None = None  # the Batch API's state (in the ledger's database)
     files: FileStore | None = None  # the Files API's files
+    batch_holds: BatchHolds = field(default_factory=BatchHolds)  # budgets held for batch items

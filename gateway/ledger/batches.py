@@ -44,7 +44,6 @@ _BATCH_COLS: Final = (
     "output_file_id",
     "error_file_id",
     "errors",
-    "reserved_usd",
 )
 _JSON_COLS: Final = frozenset({"metadata", "times", "errors"})
 _SELECT_BATCH: Final = f"SELECT {', '.join(_BATCH_COLS)} FROM {BATCHES}"

@@ -42,7 +42,7 @@ of 1e-10 USD (``cost_e10``) that SQL can sum exactly and fast.
       index alone instead of looking up every row of the window; no more indexes per insert
   v11 ``batch_id`` (the batch a row was an item of; NULL otherwise) and the Batch API's state:
       ``batches`` (one row per batch: tenant, key, protocol, endpoint, status, times, files,
-      the budget reserved) and ``batch_items`` (one row per input line: its body, status,
+      and errors) and ``batch_items`` (one row per input line: its body, status,
       attempts, and once run its result and ledger row, committed together; see
       ``ledger/batches.py``)
 """
@@ -244,8 +244,7 @@ def _v11(real: str, blob: str, add_column: str) -> tuple[str, ...]:
         times {blob} NOT NULL,
         output_file_id TEXT,
         error_file_id TEXT,
-        errors {blob},
-        reserved_usd TEXT
+        errors {blob}
     )""",
         f"CREATE INDEX IF NOT EXISTS ix_{BATCHES}_tenant_created ON {BATCHES} (tenant, created_at)",
         f"CREATE INDEX IF NOT EXISTS ix_{BATCHES}_status ON {BATCHES} (status)",
