@@ -63,19 +63,28 @@ def _pct(xs: list[float], q: float) -> float:
 
 def _summary(lat: list[float], errors: int) -> dict[str, Any]:
     return {
-        "requests": len(lat), "errors": errors,
-        "p50_ms": round(_pct(lat, 0.50), 2), "p95_ms": round(_pct(lat, 0.95), 2),
-        "p99_ms": round(_pct(lat, 0.99), 2), "mean_ms": round(statistics.fmean(lat) * 1000, 2) if lat else None,
-    }  # fmt: skip
+        "requests": len(lat),
+        "errors": errors,
+        "p50_ms": round(_pct(lat, 0.50), 2),
+        "p95_ms": round(_pct(lat, 0.95), 2),
+        "p99_ms": round(_pct(lat, 0.99), 2),
+        "mean_ms": round(statistics.fmean(lat) * 1000, 2) if lat else None,
+    }
 
 
-async def _interactive(session: aiohttp.ClientSession, url: str, rate: float, seconds: float) -> dict[str, Any]:
+async def _interactive(
+    session: aiohttp.ClientSession, url: str, rate: float, seconds: float
+) -> dict[str, Any]:
     lat: list[float] = []
     errors = 0
 
     async def one(i: int) -> None:
         nonlocal errors
-        body = {"model": "chat", "messages": [{"role": "user", "content": f"interactive {i}"}], "max_tokens": 16}
+        body = {
+            "model": "chat",
+            "messages": [{"role": "user", "content": f"interactive {i}"}],
+            "max_tokens": 16,
+        }
         t = time.perf_counter()
         try:
             async with session.post(url + "/v1/chat/completions", json=body) as r:
@@ -102,11 +111,21 @@ async def _interactive(session: aiohttp.ClientSession, url: str, rate: float, se
 
 async def _batch(session: aiohttp.ClientSession, url: str, items: int) -> str:
     lines = b"".join(
-        json.dumps({"custom_id": f"b{i}", "method": "POST", "url": "/v1/chat/completions",
-                    "body": {"model": "chat", "messages": [{"role": "user", "content": f"batch item {i}"}],
-                             "max_tokens": 16}}).encode() + b"\n"
+        json.dumps(
+            {
+                "custom_id": f"b{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {
+                    "model": "chat",
+                    "messages": [{"role": "user", "content": f"batch item {i}"}],
+                    "max_tokens": 16,
+                },
+            }
+        ).encode()
+        + b"\n"
         for i in range(items)
-    )  # fmt: skip
+    )
     form = aiohttp.FormData()
     form.add_field("purpose", "batch")
     form.add_field("file", lines, filename="batch.jsonl", content_type="application/jsonl")
@@ -128,10 +147,16 @@ async def _status(session: aiohttp.ClientSession, url: str, batch_id: str) -> di
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     with MockEngine(slots=args.slots, itl_ms=args.itl_ms, tokens=16, contention=args.contention) as engine:
         home = Path(tempfile.mkdtemp(prefix="batch-bench-"))
-        policy = POLICY.format(engine_url=engine.base_url, probe_s=args.probe_s, concurrency=args.concurrency,
-                               yield_above=args.yield_above or "null", max_kv=args.max_kv)  # fmt: skip
-        gw, key = GatewayProcess.start(home, 0, ADMIN, None, timeout=90, policy_template=policy.replace("{", "{{")
-                                       .replace("}", "}}"))  # fmt: skip
+        policy = POLICY.format(
+            engine_url=engine.base_url,
+            probe_s=args.probe_s,
+            concurrency=args.concurrency,
+            yield_above=args.yield_above or "null",
+            max_kv=args.max_kv,
+        )
+        gw, key = GatewayProcess.start(
+            home, 0, ADMIN, None, timeout=90, policy_template=policy.replace("{", "{{").replace("}", "}}")
+        )
         try:
             conn = aiohttp.TCPConnector(limit=0)
             headers = {"authorization": f"Bearer {key}"}
@@ -162,13 +187,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "p99_rise": round(rise, 4) if rise is not None else None,
         "target_p99_rise": 0.10,
         "batch": {
-            "items": args.items, "status": st["status"], "completed": done, "failed": st["request_counts"]["failed"],
-            "create_s": round(created_s, 2), "completed_at_phase_b_start": before["request_counts"]["completed"],
-            "completed_at_phase_b_end": mid["request_counts"]["completed"], "elapsed_s": round(elapsed, 1),
+            "items": args.items,
+            "status": st["status"],
+            "completed": done,
+            "failed": st["request_counts"]["failed"],
+            "create_s": round(created_s, 2),
+            "completed_at_phase_b_start": before["request_counts"]["completed"],
+            "completed_at_phase_b_end": mid["request_counts"]["completed"],
+            "elapsed_s": round(elapsed, 1),
             "items_per_s": round(done / elapsed, 1) if elapsed else None,
         },
         "engine_served": engine.engine.served,
-    }  # fmt: skip
+    }
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -179,19 +209,19 @@ def markdown(r: dict[str, Any]) -> str:
     )
     return f"""# Batch on the self-hosted lane vs interactive latency
 
-Engine mock: {c['slots']} slots, 16 tokens at {c['itl_ms']} ms (contention {c['contention']}); route lane
-`self_hosted`, concurrency {c['concurrency']}, max KV use {c['max_kv']}, yield_above {c['yield_above']}.
-Interactive load: {c['rate']} requests/s open loop, {c['phase_s']} s per phase.
+Engine mock: {c["slots"]} slots, 16 tokens at {c["itl_ms"]} ms (contention {c["contention"]}); route lane
+`self_hosted`, concurrency {c["concurrency"]}, max KV use {c["max_kv"]}, yield_above {c["yield_above"]}.
+Interactive load: {c["rate"]} requests/s open loop, {c["phase_s"]} s per phase.
 
 | interactive | requests | errors | p50 ms | p95 ms | p99 ms |
 | --- | ---: | ---: | ---: | ---: | ---: |
 {rows}
 
-p99 rise with the batch: **{r['p99_rise']:.1%}** (target <= 10%).
+p99 rise with the batch: **{r["p99_rise"]:.1%}** (target <= 10%).
 
-Batch: {bt['items']} items, status `{bt['status']}`, {bt['completed']} completed and {bt['failed']} failed in
-{bt['elapsed_s']} s ({bt['items_per_s']} items/s; created in {bt['create_s']} s;
-{bt['completed_at_phase_b_end'] - bt['completed_at_phase_b_start']} items ran during phase B).
+Batch: {bt["items"]} items, status `{bt["status"]}`, {bt["completed"]} completed and {bt["failed"]} failed in
+{bt["elapsed_s"]} s ({bt["items_per_s"]} items/s; created in {bt["create_s"]} s;
+{bt["completed_at_phase_b_end"] - bt["completed_at_phase_b_start"]} items ran during phase B).
 """
 
 

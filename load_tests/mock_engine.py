@@ -72,13 +72,22 @@ def app(engine: Engine) -> web.Application:
         body = await request.json()
         await engine.generate()
         n = engine.tokens
-        return web.json_response({
-            "id": "chatcmpl-mock", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model", "mock"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok " * n},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n},
-        })  # fmt: skip
+        return web.json_response(
+            {
+                "id": "chatcmpl-mock",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "mock"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "ok " * n},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n},
+            }
+        )
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(text=engine.metrics())
@@ -92,8 +101,14 @@ def app(engine: Engine) -> web.Application:
 class MockEngine:
     """The engine on its own thread and event loop, on a free loopback port."""
 
-    def __init__(self, slots: int = 64, prefill_ms: float = 5.0, itl_ms: float = 2.0, tokens: int = 16,
-                 contention: float = 0.1) -> None:  # fmt: skip
+    def __init__(
+        self,
+        slots: int = 64,
+        prefill_ms: float = 5.0,
+        itl_ms: float = 2.0,
+        tokens: int = 16,
+        contention: float = 0.1,
+    ) -> None:
         self.engine = Engine(slots, prefill_ms, itl_ms, tokens, contention)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mock-engine", daemon=True)
@@ -117,7 +132,9 @@ class MockEngine:
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -38,6 +38,8 @@ class BatchRunner:
         self.interactive: Callable[[], int] = lambda: 0  # requests in flight (set by the API layer)
         self._running: dict[tuple[str, int], Claimed] = {}
         self._per_batch: dict[str, int] = {}
+        self._billed: list[tuple[str, int]] = []  # in the ledger: marked billed next turn, together
+        self._recovered = False
 
     async def run(self) -> None:
         """Until cancelled (an item cut by the shutdown gives its claim back itself)."""
@@ -51,7 +53,12 @@ class BatchRunner:
             await asyncio.sleep(svc.policy.batches.poll_interval_s)
 
     async def turn(self, svc: Services, store: BatchStore) -> None:
-        await bill(svc, store)
+        if not self._recovered:  # once per process: rows a crash left between item and ledger
+            await bill(svc, store)
+            self._recovered = True
+        billed, self._billed = self._billed, []
+        if billed:
+            await store.mark_billed(billed)
         now = time.time()
         for batch in await store.open_batches():
             if batch.status == "in_progress" and now >= batch.expires_at:
@@ -61,12 +68,12 @@ class BatchRunner:
             elif batch.status == "cancelling":
                 await store.close_pending(batch.id, "canceled", wire.closed("canceled"))
                 batch_budget.release(svc, svc.batch_holds.take_all(batch.id))
-            counts = await store.counts(batch.id)
-            left = counts.get("pending", 0) + counts.get("running", 0)
-            if left == 0 and self._per_batch.get(batch.id, 0) == 0:
-                await finalise(svc, store, batch)
-            elif batch.status == "in_progress":
+            if batch.status == "in_progress" and "expired_at" not in batch.times:
                 await self._start(svc, store, batch)
+                if self._per_batch.get(batch.id):
+                    continue
+            if not self._per_batch.get(batch.id) and not await store.unfinished(batch.id):
+                await finalise(svc, store, batch)
 
     def slots(self, svc: Services, batch: Batch) -> int:
         """How many more items of ``batch`` may start now, by its route's lane."""
@@ -104,7 +111,7 @@ class BatchRunner:
             data = None if row is None else batch_items.row_json(row)
             if await store.complete(item, status, result, data) and row is not None:
                 await svc.ledger.submit(row)
-                await store.mark_billed([(item.batch_id, item.idx)])
+                self._billed.append((item.batch_id, item.idx))
         except asyncio.CancelledError:  # the gateway is stopping: pending again, for the next start
             with contextlib.suppress(Exception):
                 await asyncio.shield(store.release([item]))

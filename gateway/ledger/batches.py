@@ -173,6 +173,23 @@ class BatchStore:
         result: dict[str, int] = await self._run(work)
         return result
 
+    async def unfinished(self, batch_id: str) -> bool:
+        """Whether any item of the batch is pending or running (two index seeks, however big
+        the batch: the runner asks every turn)."""
+
+        def work(cur: Any) -> bool:
+            cur.execute(
+                self._q(
+                    f"SELECT 1 FROM {BATCH_ITEMS} WHERE status IN ('pending', 'running') "
+                    "AND batch_id = ? LIMIT 1"
+                ),
+                (batch_id,),
+            )
+            return cur.fetchone() is not None
+
+        result: bool = await self._run(work)
+        return result
+
     # -- items ----------------------------------------------------------------------------
     async def claim(self, batch_id: str, limit: int, lease_s: float) -> list[Claimed]:
         """Take up to ``limit`` items of the batch to run: pending ones, and running ones whose
