@@ -15,18 +15,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from load_tests.bench_procs import GatewayProcess
-from load_tests.mock_engine import MockEngine
+from load_tests.bench_procs import GatewayProcess, stop_process
 
 ADMIN = "sy-admin-batch-bench-0123456789"
 POLICY = """\
@@ -144,11 +147,36 @@ async def _status(session: aiohttp.ClientSession, url: str, batch_id: str) -> di
         return data
 
 
+@contextlib.contextmanager
+def _engine(args: argparse.Namespace) -> Iterator[str]:
+    """The engine mock in its own process (it must not share a GIL with the load generator)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "load_tests.mock_engine",
+        "--slots",
+        str(args.slots),
+        "--itl-ms",
+        str(args.itl_ms),
+        "--contention",
+        str(args.contention),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        stop_process(proc)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    with MockEngine(slots=args.slots, itl_ms=args.itl_ms, tokens=16, contention=args.contention) as engine:
+    with _engine(args) as engine_url:
         home = Path(tempfile.mkdtemp(prefix="batch-bench-"))
         policy = POLICY.format(
-            engine_url=engine.base_url,
+            engine_url=engine_url,
             probe_s=args.probe_s,
             concurrency=args.concurrency,
             yield_above=args.yield_above or "null",
@@ -197,7 +225,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "elapsed_s": round(elapsed, 1),
             "items_per_s": round(done / elapsed, 1) if elapsed else None,
         },
-        "engine_served": engine.engine.served,
     }
 
 

@@ -140,3 +140,26 @@ class MockEngine:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve until killed; prints the port on the first line of stdout."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(description="vLLM-like engine mock (slots, waiting queue, /metrics)")
+    p.add_argument("--slots", type=int, default=64)
+    p.add_argument("--prefill-ms", type=float, default=5.0)
+    p.add_argument("--itl-ms", type=float, default=2.0)
+    p.add_argument("--tokens", type=int, default=16)
+    p.add_argument("--contention", type=float, default=0.1)
+    a = p.parse_args(argv)
+    with MockEngine(a.slots, a.prefill_ms, a.itl_ms, a.tokens, a.contention) as engine:
+        sys.stdout.write(f"{engine.port}\n")
+        sys.stdout.flush()
+        threading.Event().wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
