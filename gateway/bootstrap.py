@@ -22,7 +22,7 @@ from gateway.cache.semantic_layer import SemanticLayer
 from gateway.config.loader import PolicyError, load_policy
 from gateway.config.policy import CachePolicy, Policy, ProviderPolicy
 from gateway.config.settings import Settings
-from gateway.core.ports import ExactCache, Ledger, Provider, Tracer
+from gateway.core.ports import BatchUpstream, ExactCache, Ledger, Provider, Tracer
 from gateway.flow.batch_runner import BatchRunner
 from gateway.flow.services import Services, TaskOwner
 from gateway.ledger.batch_files import LocalFileStore
@@ -36,6 +36,7 @@ from gateway.limits.redis_store import RedisStore
 from gateway.limits.stores import open_key_store
 from gateway.limits.worst_case import prompt_token_bound
 from gateway.providers.anthropic import AnthropicProvider
+from gateway.providers.openai_batch import OpenAIBatchUpstream
 from gateway.providers.openai_compat import OpenAICompatProvider
 from gateway.providers.replicated import ReplicatedProvider
 from gateway.routing.balancer import ReplicaBalancer
@@ -161,8 +162,18 @@ def rebuild(previous: Services, policy: Policy) -> tuple[Services, list[object]]
         providers=providers,
         cache=cache,
         secrets=_secrets(policy),
+        batch_upstreams=_batch_upstreams(policy),
     )
     return services, retired
+
+
+def _batch_upstreams(policy: Policy) -> dict[str, BatchUpstream]:
+    """The batch API of every OpenAI-compatible provider that is neither an engine nor replicas."""
+    return {
+        name: OpenAIBatchUpstream(name, p.base_url, p.api_key, p.headers)
+        for name, p in policy.providers.items()
+        if p.type == "openai" and not p.self_hosted and not p.replicas
+    }
 
 
 def _secrets(policy: Policy) -> tuple[str, ...]:
@@ -368,6 +379,7 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
         responses=open_response_store(settings.ledger_url, settings.home),
         batches=open_batch_store(settings.ledger_url),  # tables of the ledger's migrations
         files=LocalFileStore(settings.home / "files"),
+        batch_upstreams=_batch_upstreams(policy),
     )
     _warn_unconfigured(policy)
     gateway = Gateway(services, key_store)

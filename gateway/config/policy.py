@@ -124,6 +124,7 @@ class PricePolicy(_Strict):
     cached_input: Decimal | None = Field(default=None, ge=0)
     cache_write: Decimal | None = Field(default=None, ge=0)
     cache_write_1h: Decimal | None = Field(default=None, ge=0)  # Anthropic 1-hour cache writes
+    batch: Decimal | None = Field(default=None, ge=0, le=1)  # the batch API's price: this share of the above
 
 
 class ModelPolicy(_Strict):
@@ -223,9 +224,11 @@ class RouteBatchPolicy(_Strict):
     requests, at most ``concurrency`` at a time, paused while ``yield_above`` interactive
     requests or more are in flight; ``self_hosted``: also only while every self-hosted engine
     of the route has spare capacity (waiting queue <= ``max_waiting``, KV cache use <=
-    ``max_kv_usage``, as its /metrics probe reads them)."""
+    ``max_kv_usage``, as its /metrics probe reads them); ``provider``: the whole batch is sent
+    to the first target's provider's own batch API (OpenAI-compatible providers) and each item
+    priced at the model's ``price.batch`` share of its price."""
 
-    lane: Literal["low_priority", "self_hosted"] = "low_priority"
+    lane: Literal["low_priority", "self_hosted", "provider"] = "low_priority"
     concurrency: int = Field(default=4, gt=0, le=1024)
     yield_above: int | None = Field(default=8, gt=0)
     max_waiting: int = Field(default=0, ge=0)

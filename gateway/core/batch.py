@@ -41,6 +41,7 @@ class Batch:
     output_file_id: str | None = None
     error_file_id: str | None = None
     errors: list[dict[str, Any]] | None = None  # per-line problems found when it was created
+    upstream: dict[str, Any] | None = None  # lane provider: the provider's batch (flow/batch_forward.py)
 
 
 class BatchHolds:

@@ -11,7 +11,9 @@ from gateway.core.record import record
 ENDPOINTS: Final = frozenset({"chat", "completions", "embeddings", "messages", "responses"})
 CACHE_STATUSES: Final = frozenset({"miss", "hit", "semantic_hit", "bypass", "off"})
 STATUSES: Final = frozenset({"ok", "error", "client_disconnected", "stream_broken"})
-SAVINGS_CAUSES: Final = frozenset({"exact_cache", "semantic_cache", "self_hosted", "routing", "none"})
+SAVINGS_CAUSES: Final = frozenset(
+    {"exact_cache", "semantic_cache", "self_hosted", "batch", "routing", "none"}
+)
 
 
 def conversation_id(key: str | None) -> str | None:

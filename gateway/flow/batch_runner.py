@@ -20,13 +20,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gateway.config.policy import RouteBatchPolicy
 from gateway.core.batch import Batch, Claimed
 from gateway.core.errors import SwitchyardError
 from gateway.core.ports import BatchStore
 from gateway.core.types import Principal
-from gateway.flow import batch_budget, batch_items
+from gateway.flow import batch_budget, batch_forward, batch_items
 from gateway.flow.services import Services
 from gateway.protocols import batches as wire
+from gateway.routing.plan import RoutePlan
 
 log = logging.getLogger("switchyard")
 BILL_CHUNK = 500
@@ -68,25 +70,43 @@ class BatchRunner:
             elif batch.status == "cancelling":
                 await store.close_pending(batch.id, "canceled", wire.closed("canceled"))
                 batch_budget.release(svc, svc.batch_holds.take_all(batch.id))
-            if batch.status == "in_progress" and "expired_at" not in batch.times:
+            route = self.route(svc, batch)
+            if batch.upstream is not None and route is not None:  # lane provider: follow it
+                self._billed += await batch_forward.poll(svc, store, batch, route[0])
+            elif batch.status == "in_progress" and "expired_at" not in batch.times:
+                forward = (
+                    batch_forward.upstream_of(svc, route[0])
+                    if route and route[1].lane == "provider"
+                    else None
+                )
+                if route is not None and forward is not None:
+                    await batch_forward.submit(svc, store, batch, route[0], *forward)
+                    continue
                 await self._start(svc, store, batch)
                 if self._per_batch.get(batch.id):
                     continue
             if not self._per_batch.get(batch.id) and not await store.unfinished(batch.id):
                 await finalise(svc, store, batch)
 
-    def slots(self, svc: Services, batch: Batch) -> int:
-        """How many more items of ``batch`` may start now, by its route's lane."""
+    @staticmethod
+    def route(svc: Services, batch: Batch) -> tuple[RoutePlan, RouteBatchPolicy] | None:
+        """The plan of the batch's model and its route's batch policy (None: it names no route
+        the batch's tenant may use; its items fail as their requests would)."""
         kind = "embeddings" if batch.endpoint == "/v1/embeddings" else "chat"
         who = Principal(batch.tenant, batch.key_id, svc.policy.allowed_models(batch.tenant))
         try:
             plan = svc.router.plan(batch.model or "", who, kind)
         except SwitchyardError:
-            policy = None
-        else:
-            policy = plan.policy.batch
-        if policy is None:  # the model names no route (its items will fail as requests do)
+            return None
+        return plan, plan.policy.batch
+
+    def slots(self, svc: Services, batch: Batch) -> int:
+        """How many more items of ``batch`` may start now, by its route's lane (``provider``
+        without a batch API to send to runs as ``low_priority``)."""
+        route = self.route(svc, batch)
+        if route is None:
             return 4 - self._per_batch.get(batch.id, 0)
+        plan, policy = route
         if policy.yield_above is not None and self.interactive() >= policy.yield_above:
             return 0
         if policy.lane == "self_hosted" and not engines_spare(

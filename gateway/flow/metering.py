@@ -70,7 +70,7 @@ def _record(svc: Services, ex: Exchange) -> None:
     _settle(svc, ex, cost)
     baseline = _baseline(ex, output_expected)
     base_model = ex.plan.baseline.model if ex.plan is not None and ex.plan.baseline is not None else None
-    cause = savings_cause(ex.cache, served, cost, baseline, base_model)
+    cause = savings_cause(ex.cache, served, cost, baseline, base_model, ex.batch_priced)
     _metrics(svc, ex, served, cost, total)
     if cause != "none" and baseline is not None and cost is not None:
         svc.metrics.record_savings(ex.principal.tenant, ex.route, cause, baseline - cost)

@@ -19,6 +19,7 @@ from gateway.config.settings import Settings
 from gateway.core.batch import BatchHolds
 from gateway.core.ports import (
     BatchStore,
+    BatchUpstream,
     ExactCache,
     FileStore,
     Ledger,
@@ -100,4 +101,5 @@ class Services:
     sticky: StickyConversations = field(default_factory=StickyConversations)
     batches: BatchStore | None = None  # the Batch API's state (in the ledger's database)
     files: FileStore | None = None  # the Files API's files
+    batch_upstreams: Mapping[str, BatchUpstream] = field(default_factory=dict)  # providers' batch APIs
     batch_holds: BatchHolds = field(default_factory=BatchHolds)  # budgets held for batch items

@@ -44,8 +44,9 @@ _BATCH_COLS: Final = (
     "output_file_id",
     "error_file_id",
     "errors",
+    "upstream",
 )
-_JSON_COLS: Final = frozenset({"metadata", "times", "errors"})
+_JSON_COLS: Final = frozenset({"metadata", "times", "errors", "upstream"})
 _SELECT_BATCH: Final = f"SELECT {', '.join(_BATCH_COLS)} FROM {BATCHES}"
 _CLAIM: Final = f"""
 UPDATE {BATCH_ITEMS} SET status = 'running', attempts = attempts + 1, lease_until = ?
@@ -144,6 +145,16 @@ class BatchStore:
             sets = ", ".join(f"{c} = ?" for c in _BATCH_COLS[1:])
             cur.execute(
                 self._q(f"UPDATE {BATCHES} SET {sets} WHERE id = ?"), (*_params_of(batch)[1:], batch.id)
+            )
+
+        await self._run(work)
+
+    async def set_upstream(self, batch_id: str, upstream: dict[str, Any]) -> None:
+        """Only the provider's batch (a cancel saved meanwhile stays)."""
+
+        def work(cur: Any) -> None:
+            cur.execute(
+                self._q(f"UPDATE {BATCHES} SET upstream = ? WHERE id = ?"), (orjson.dumps(upstream), batch_id)
             )
 
         await self._run(work)

@@ -244,7 +244,8 @@ def _v11(real: str, blob: str, add_column: str) -> tuple[str, ...]:
         times {blob} NOT NULL,
         output_file_id TEXT,
         error_file_id TEXT,
-        errors {blob}
+        errors {blob},
+        upstream {blob}
     )""",
         f"CREATE INDEX IF NOT EXISTS ix_{BATCHES}_tenant_created ON {BATCHES} (tenant, created_at)",
         f"CREATE INDEX IF NOT EXISTS ix_{BATCHES}_status ON {BATCHES} (status)",
