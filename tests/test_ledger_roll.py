@@ -144,11 +144,12 @@ def test_v6_migration_marks_an_older_ledger_rolled_up(tmp_path: Path) -> None:
     apply_migrations(conn.execute, {v: s for v, s in SQLITE_MIGRATIONS.items() if v <= 5}, "?")
     rows = sample_rows(50, seed=4)
     params = [row_params(r) for r in rows]
-    older = SQLITE_COLUMNS.index("batch_id")  # a v5 table has no batch_id (v11)
-    v5_cols = [c for c in SQLITE_COLUMNS if c != "batch_id"]
+    newer = {"batch_id", "compressed_tokens"}  # v11's columns: a v5 table has none of them
+    keep = [i for i, c in enumerate(SQLITE_COLUMNS) if c not in newer]
+    v5_cols = [SQLITE_COLUMNS[i] for i in keep]
     conn.executemany(
         f"INSERT INTO ledger ({', '.join(v5_cols)}) VALUES ({', '.join('?' for _ in v5_cols)})",
-        [p[:older] + p[older + 1 :] for p in params],
+        [tuple(p[i] for i in keep) for p in params],
     )
     for table, cells in rollup.cells(rollup.facts(params)).items():  # a v5 writer's rollups
         conn.executemany(rollup.SQLITE_UPSERT[table], rollup.params(cells))

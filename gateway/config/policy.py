@@ -235,6 +235,16 @@ class RouteBatchPolicy(_Strict):
     max_kv_usage: float = Field(default=0.8, gt=0, le=1)
 
 
+class CompressionPolicy(_Strict):
+    """Prompt compression on the route (docs/compression.md). ``lossless``: JSON minified,
+    trailing spaces and extra blank lines cut, repeated blocks marked, in user text and tool
+    outputs; the cached prefix does not move. ``trim_tool_outputs_after``: tool outputs older
+    than that many tool-carrying turns cut to a stub (lossy; it moves the cached prefix)."""
+
+    lossless: bool = False
+    trim_tool_outputs_after: int | None = Field(default=None, ge=0)
+
+
 class BatchesPolicy(_Strict):
     """The Files and Batch APIs (docs/batch.md)."""
 
@@ -261,6 +271,7 @@ class RoutePolicy(_Strict):
     tiers: TiersPolicy | None = None  # cheap / self_hosted / strong; then `targets` is derived
     classifier: ClassifierPolicy | None = None  # needs tiers
     batch: RouteBatchPolicy = Field(default_factory=RouteBatchPolicy)  # Batch API items
+    compression: CompressionPolicy = Field(default_factory=CompressionPolicy)
 
     @model_validator(mode="before")
     @classmethod

@@ -60,3 +60,4 @@ class LedgerRow:
     route_decision: str | None = None  # the router's choice, e.g. "weak" | "strong" | "spill"
     conversation: str | None = None  # conversation_id(): 16 hex digits, never the client's text
     batch_id: str | None = None  # the batch this request was an item of (docs/batch.md)
+    compressed_tokens: int | None = None  # prompt tokens compression saved (None: off on the route)

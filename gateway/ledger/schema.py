@@ -40,7 +40,8 @@ of 1e-10 USD (``cost_e10``) that SQL can sum exactly and fast.
       PostgreSQL (ts) INCLUDE (conversation, cost_usd, tenant)), replacing v5's: a tenant's
       top conversations (which the spans do not serve) and its reports' edge rows read the
       index alone instead of looking up every row of the window; no more indexes per insert
-  v11 ``batch_id`` (the batch a row was an item of; NULL otherwise) and the Batch API's state:
+  v11 ``batch_id`` (the batch a row was an item of; NULL otherwise), ``compressed_tokens`` (the
+      prompt tokens the compression step saved; NULL where it is off) and the Batch API's state:
       ``batches`` (one row per batch: tenant, key, protocol, endpoint, status, times, files,
       and errors) and ``batch_items`` (one row per input line: its body, status,
       attempts, and once run its result and ledger row, committed together; see
@@ -228,6 +229,7 @@ BATCH_ITEMS: Final = "batch_items"
 def _v11(real: str, blob: str, add_column: str) -> tuple[str, ...]:
     return (
         f"ALTER TABLE {TABLE} ADD COLUMN {add_column}batch_id TEXT",
+        f"ALTER TABLE {TABLE} ADD COLUMN {add_column}compressed_tokens INTEGER",
         f"""CREATE TABLE IF NOT EXISTS {BATCHES} (
         id TEXT PRIMARY KEY,
         tenant TEXT NOT NULL,
