@@ -116,3 +116,9 @@ def test_through_the_gateway_every_protocol(tmp_path: Path, mock: MockUpstream) 
                         "responses": saved["/v1/responses"]}  # fmt: skip
     finally:
         g.stop()
+
+
+def test_a_tool_output_with_a_header_before_its_json() -> None:
+    text = "Chunk ID: 1\nWall time: 0.01 s\nProcess exited with code 0\nOutput:\n" + PRETTY
+    assert lossless_text(text) == text[: -len(PRETTY)] + json.dumps(json.loads(PRETTY), separators=(",", ":"))
+    assert lossless_text("Output:\n{broken\n") == "Output:\n{broken\n"

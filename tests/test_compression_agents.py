@@ -31,17 +31,34 @@ def _gateway(tmp: Path, mock: MockUpstream, alias: str) -> RunningGateway:
     return start_gateway(tmp, policy)
 
 
+def _data(work: Path) -> None:
+    """A pretty-printed JSON file for the agents' tools to read (as agents cat manifests, API
+    answers, test reports)."""
+    work.mkdir(parents=True, exist_ok=True)
+    data = {"packages": [{"name": f"pkg-{i}", "version": f"1.{i}.0", "license": "MIT", "deps": [f"pkg-{j}" for j in range(i % 5)],
+                          "scripts": {"test": "pytest -q", "lint": "ruff check ."}} for i in range(25)]}  # fmt: skip
+    (work / "data.json").write_text(json.dumps(data, indent=2))
+
+
+CLAUDE_ASK = (
+    'Summarise data.json. mock-tool: Bash {"command": "cat data.json", "description": "Show data.json"}'
+)
+CODEX_ASK = 'Summarise data.json. mock-tool: exec_command {"cmd": "cat data.json"}'
+
+
 def _report(name: str, result: dict[str, Any]) -> None:
     print(f"\n{name}: {json.dumps(result)}")
 
 
 def test_claude_code_and_codex_bodies(tmp_path: Path, mock: MockUpstream) -> None:
+    for side in ("off", "on"):
+        _data(tmp_path / side / "work")
     g = _gateway(tmp_path / "off", mock, "anthropic-first")
     try:
-        run_claude(g, tmp_path / "off")
+        run_claude(g, tmp_path / "off", "--allowedTools", "Bash", prompt=CLAUDE_ASK)
         claude = [r["body"] for r in mock.requests() if r["path"].endswith("/v1/messages")]
         mock.state.clear_requests()
-        run_codex(g, tmp_path / "off", "list the files here")
+        run_codex(g, tmp_path / "off", CODEX_ASK)
         codex = [r["body"] for r in mock.requests() if r["path"].endswith("/chat/completions")]
         off_rows = [r for r in g.ledger_rows() if r["endpoint"] == "messages"]
     finally:
@@ -50,7 +67,7 @@ def test_claude_code_and_codex_bodies(tmp_path: Path, mock: MockUpstream) -> Non
     for name, bodies in (("claude-code", claude), ("codex", codex)):
         result = evaluate(bodies)
         _report(name, result)
-        assert result["saved_tokens"] >= 0
+        assert result["saved_tokens"] > 300, "the tool's JSON output was minified"
         assert result["after"]["cached_tokens"] >= result["before"]["cached_tokens"] - result["saved_tokens"]
         assert result["after"]["cached_share"] >= result["before"]["cached_share"] - 0.01  # the prefix holds
         lossy = evaluate(bodies, lossless=True, trim_after=0)
@@ -58,11 +75,12 @@ def test_claude_code_and_codex_bodies(tmp_path: Path, mock: MockUpstream) -> Non
     mock.state.reset()
     g = _gateway(tmp_path / "on", mock, "squeezed-claude")
     try:
-        run_claude(g, tmp_path / "on")
+        run_claude(g, tmp_path / "on", "--allowedTools", "Bash", prompt=CLAUDE_ASK)
         on_rows = [r for r in g.ledger_rows() if r["endpoint"] == "messages"]
     finally:
         g.stop()
     assert on_rows and all(r["compressed_tokens"] is not None for r in on_rows)
+    assert sum(r["compressed_tokens"] for r in on_rows) > 300
     share = {
         k: sum(r["cached_tokens"] or 0 for r in rows) / max(1, sum(r["input_tokens"] or 0 for r in rows))
         for k, rows in (("off", off_rows), ("on", on_rows))

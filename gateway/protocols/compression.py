@@ -26,6 +26,7 @@ from typing import Any, Final
 import orjson
 
 MIN_REPEAT: Final = 512  # characters: shorter repeats are left alone
+MAX_HEADER_LINES: Final = 8  # lines before a tool output's JSON document, at most
 MIN_TRIM: Final = 256  # characters: shorter tool outputs are never trimmed
 REPEATED: Final = (
     "[the gateway omitted this block: it repeats an earlier block of this conversation word for word]"
@@ -40,17 +41,33 @@ def stub(text: str) -> str:
     return f"[the gateway trimmed this older tool output of {len(text)} characters]"
 
 
+def _minified(text: str) -> str | None:
+    """``text`` minified when all of it is one JSON object or array, else None."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return orjson.dumps(value).decode() if isinstance(value, (dict, list)) else None
+
+
 def lossless_text(text: str) -> str:
-    """``text`` minified when it is JSON, else with trailing spaces and extra blank lines cut."""
-    head = text.lstrip()[:1]
-    if head in ("{", "[") and len(text) > 2:
-        try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
-        else:
-            mini = orjson.dumps(value).decode()
+    """``text`` minified when it is JSON, or ends in a JSON document after a few header lines
+    (a tool's output: "Exit code: 0\nOutput:\n{...}"); else with trailing spaces and extra
+    blank lines cut."""
+    if text.lstrip()[:1] in ("{", "["):
+        mini = _minified(text)
+        if mini is not None:
             return mini if len(mini) < len(text) else text
+    start = 0
+    for _ in range(MAX_HEADER_LINES):
+        start = text.find("\n", start) + 1
+        if start <= 0:
+            break
+        if text[start : start + 1] in ("{", "["):
+            mini = _minified(text[start:])
+            if mini is not None:
+                out = text[:start] + mini
+                return out if len(out) < len(text) else text
     out = _TRAILING.sub("\n", text)
     out = _BLANKS.sub("\n\n", out)
     return out
