@@ -108,6 +108,8 @@ def _blocks(content: Any, tool: bool, message: int) -> Iterator[_Slot]:
 
 
 def _slots(body: dict[str, Any]) -> Iterator[_Slot]:
+    if isinstance(body.get("prompt"), str):  # a legacy completion: one text
+        yield _key_slot(body, "prompt", False, 0)
     messages = body.get("messages")
     if isinstance(messages, list):  # chat or Anthropic Messages
         for i, msg in enumerate(messages):
