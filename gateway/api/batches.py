@@ -20,9 +20,58 @@ from gateway.core.errors import BadRequestError, PayloadTooLargeError
 from gateway.core.types import Principal
 from gateway.flow import batches as flow
 from gateway.flow.services import Services
+from gateway.protocols.batches import OPENAI_ENDPOINTS
 
 router = APIRouter()
 JSON = "application/json"
+
+
+def _documented(schema: dict[str, Any], media: str = JSON, required: bool = True) -> dict[str, Any]:
+    """``openapi_extra`` documenting a request body (/openapi.json only; handlers read it raw)."""
+    return {"requestBody": {"required": required, "content": {media: {"schema": schema}}}}
+
+
+UPLOAD = _documented(
+    {
+        "type": "object",
+        "required": ["file", "purpose"],
+        "properties": {
+            "file": {"type": "string", "format": "binary"},
+            "purpose": {"type": "string", "enum": ["batch"]},
+        },
+    },
+    "multipart/form-data",
+)
+CREATE = _documented(
+    {
+        "type": "object",
+        "required": ["input_file_id", "endpoint", "completion_window"],
+        "properties": {
+            "input_file_id": {"type": "string"},
+            "endpoint": {"type": "string", "enum": list(OPENAI_ENDPOINTS)},
+            "completion_window": {"type": "string", "enum": ["24h"]},
+            "metadata": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
+        },
+    }
+)
+MESSAGE_BATCH = _documented(
+    {
+        "type": "object",
+        "required": ["requests"],
+        "properties": {
+            "requests": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["custom_id", "params"],
+                    "properties": {"custom_id": {"type": "string"}, "params": {"type": "object"}},
+                },
+            }
+        },
+    }
+)
+NO_BODY = _documented({"type": "object"}, required=False)
 
 
 def _caller(request: Request) -> tuple[Services, Principal]:
@@ -47,7 +96,7 @@ async def _body(request: Request, svc: Services) -> Any:
 
 
 # --------------------------------------------------------------------------- files
-@router.post("/v1/files", responses=ERROR_RESPONSES)
+@router.post("/v1/files", responses=ERROR_RESPONSES, openapi_extra=UPLOAD)
 async def upload_file(request: Request) -> Response:
     svc, who = _caller(request)
     most = svc.policy.batches.max_file_bytes
@@ -107,7 +156,7 @@ async def delete_file(request: Request, file_id: str) -> Response:
 
 
 # --------------------------------------------------------------------------- OpenAI batches
-@router.post("/v1/batches", responses=ERROR_RESPONSES)
+@router.post("/v1/batches", responses=ERROR_RESPONSES, openapi_extra=CREATE)
 async def create_batch(request: Request) -> Response:
     svc, who = _caller(request)
     return _json(await flow.create_openai(svc, who, await _body(request, svc)))
@@ -125,7 +174,7 @@ async def retrieve_batch(request: Request, batch_id: str) -> Response:
     return _json(await flow.retrieve(svc, who.tenant, "openai", batch_id))
 
 
-@router.post("/v1/batches/{batch_id}/cancel", responses=ERROR_RESPONSES)
+@router.post("/v1/batches/{batch_id}/cancel", responses=ERROR_RESPONSES, openapi_extra=NO_BODY)
 async def cancel_batch(request: Request, batch_id: str) -> Response:
     svc, who = _caller(request)
     return _json(await flow.cancel(svc, who.tenant, "openai", batch_id))
@@ -172,7 +221,7 @@ async def _message_batch_results(request: Request) -> Response:
     return StreamingResponse(lines, media_type="application/binary")
 
 
-@router.post("/v1/messages/batches")
+@router.post("/v1/messages/batches", openapi_extra=MESSAGE_BATCH)
 async def create_message_batch(request: Request) -> Response:
     return await _guarded(request, _create_message_batch)
 
@@ -187,7 +236,7 @@ async def retrieve_message_batch(request: Request, batch_id: str) -> Response:
     return await _guarded(request, _retrieve_message_batch)
 
 
-@router.post("/v1/messages/batches/{batch_id}/cancel")
+@router.post("/v1/messages/batches/{batch_id}/cancel", openapi_extra=NO_BODY)
 async def cancel_message_batch(request: Request, batch_id: str) -> Response:
     return await _guarded(request, _cancel_message_batch)
 
