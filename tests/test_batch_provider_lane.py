@@ -25,7 +25,10 @@ ROUTE = """  nightly:
 
 def test_provider_lane_forwards_and_prices_at_the_batch_price(tmp_path: Path, mock: MockUpstream) -> None:
     policy = mock_policy(mock.base_url).replace("price: {input: 0.15,", "price: {batch: 0.5, input: 0.15,", 1)
-    policy = policy.replace("routes:\n", "routes:\n" + ROUTE, 1) + "batches:\n  poll_interval_s: 0.05\n"
+    policy = (
+        policy.replace("routes:\n", "routes:\n" + ROUTE, 1)
+        + "batches:\n  poll_interval_s: 0.05\n  upstream_poll_s: 0.05\n"
+    )
     g = start_gateway(tmp_path, policy)
     try:
         lines = [

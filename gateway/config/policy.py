@@ -252,6 +252,9 @@ class BatchesPolicy(_Strict):
     max_items: int = Field(default=50_000, gt=0)  # lines (requests) of one batch, at most
     lease_s: float = Field(default=900.0, gt=0)  # a claimed item is taken back after this (a dead worker)
     poll_interval_s: float = Field(default=0.5, gt=0, le=60)
+    upstream_poll_s: float = Field(
+        default=30.0, gt=0, le=3600
+    )  # lane provider: the provider's batch read this often
 
 
 class RoutePolicy(_Strict):

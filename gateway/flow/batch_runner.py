@@ -42,6 +42,7 @@ class BatchRunner:
         self._per_batch: dict[str, int] = {}
         self._billed: list[tuple[str, int]] = []  # in the ledger: marked billed next turn, together
         self._recovered = False
+        self._polled: dict[str, float] = {}  # lane provider: when each batch's upstream was last read
 
     async def run(self) -> None:
         """Until cancelled (an item cut by the shutdown gives its claim back itself)."""
@@ -72,7 +73,9 @@ class BatchRunner:
                 batch_budget.release(svc, svc.batch_holds.take_all(batch.id))
             route = self.route(svc, batch)
             if batch.upstream is not None and route is not None:  # lane provider: follow it
-                self._billed += await batch_forward.poll(svc, store, batch, route[0])
+                if now - self._polled.get(batch.id, 0.0) >= svc.policy.batches.upstream_poll_s:
+                    self._polled[batch.id] = now
+                    self._billed += await batch_forward.poll(svc, store, batch, route[0])
             elif batch.status == "in_progress" and "expired_at" not in batch.times:
                 forward = (
                     batch_forward.upstream_of(svc, route[0])
@@ -87,6 +90,7 @@ class BatchRunner:
                     continue
             if not self._per_batch.get(batch.id) and not await store.unfinished(batch.id):
                 await finalise(svc, store, batch)
+                self._polled.pop(batch.id, None)
 
     @staticmethod
     def route(svc: Services, batch: Batch) -> tuple[RoutePlan, RouteBatchPolicy] | None:
