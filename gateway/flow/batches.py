@@ -6,6 +6,7 @@ Everything is per tenant: another tenant's id is not found. The items run later
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -131,7 +132,10 @@ async def create_openai(svc: Services, who: Principal, body: Any) -> dict[str, A
             f"The file {file_id} was not uploaded with purpose 'batch'", param="input_file_id"
         )
     data = await file_content(svc, who.tenant, file_id)
-    items, errors, model = wire.openai_items(data, endpoint, svc.policy.batches.max_items)
+    # off the loop: checking tens of thousands of lines takes a while (live traffic goes on)
+    items, errors, model = await asyncio.to_thread(
+        wire.openai_items, data, endpoint, svc.policy.batches.max_items
+    )
     batch = _new(
         who,
         "openai",
@@ -149,7 +153,9 @@ async def create_openai(svc: Services, who: Principal, body: Any) -> dict[str, A
 async def create_anthropic(svc: Services, who: Principal, body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequestError("The request body must be a JSON object")
-    items, model = wire.anthropic_items(body.get("requests"), svc.policy.batches.max_items)
+    items, model = await asyncio.to_thread(
+        wire.anthropic_items, body.get("requests"), svc.policy.batches.max_items
+    )
     batch = _new(who, "anthropic", "/v1/messages", model, "24h", input_file_id=None, metadata=None)
     await _create(svc, who, batch, items)
     return wire.anthropic_batch(batch, _counts(items), results_url(batch.id))
