@@ -6,6 +6,7 @@ files and batches; every item is a ledger row carrying its batch id."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -201,5 +202,42 @@ def test_a_batch_over_the_budget_is_refused_whole(tmp_path: Path, mock: MockUpst
             )
             done = _wait(lambda: client.batches.retrieve(b.id), lambda x: x.status == "completed")
             assert done.request_counts.completed == 10
+    finally:
+        g.stop()
+
+
+def test_completion_window_expires_what_has_not_run(tmp_path: Path, mock: MockUpstream) -> None:
+    """Items still waiting at ``expires_at`` end as expired (the lane here never has room: a
+    self-hosted engine whose probe fails counts as busy)."""
+    engine = (  # its /metrics probe never answers: the lane never sees spare capacity
+        "  engine:\n    type: openai\n    base_url: http://127.0.0.1:9/v1\n    key_required: false\n"
+        "    self_hosted: true\n    load: {probe_interval_s: 0.1, probe_timeout_s: 0.1}\n"
+    )
+    policy = mock_policy(mock.base_url).replace("providers:\n", "providers:\n" + engine, 1)
+    policy = policy.replace(
+        "models:\n", "models:\n  local: {provider: engine, price: {input: 0, output: 0}}\n", 1
+    )
+    route = "  waiting:\n    targets: [local]\n    batch: {lane: self_hosted}\n"
+    g = start_gateway(tmp_path, policy.replace("routes:\n", "routes:\n" + route, 1) + POLICY_EXTRA)
+    try:
+        lines = [{**x, "body": {**x["body"], "model": "waiting"}} for x in _lines(3)]
+        with openai.OpenAI(base_url=g.base_url, api_key=g.key(), max_retries=0) as client:
+            f = client.files.create(file=("in.jsonl", _jsonl(lines)), purpose="batch")
+            b = client.batches.create(
+                input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+            time.sleep(0.3)
+            assert client.batches.retrieve(b.id).request_counts.completed == 0  # type: ignore[union-attr]
+            conn = sqlite3.connect(g.home / "ledger.db")
+            try:
+                conn.execute("UPDATE batches SET expires_at = ? WHERE id = ?", (time.time() - 1, b.id))
+                conn.commit()
+            finally:
+                conn.close()
+            done = _wait(lambda: client.batches.retrieve(b.id), lambda x: x.status == "expired")
+            assert done.expired_at is not None and done.request_counts.failed == 3  # type: ignore[union-attr]
+            errs = [json.loads(x) for x in client.files.content(done.error_file_id or "").text.splitlines()]
+        assert {e["error"]["code"] for e in errs} == {"batch_expired"} and len(errs) == 3
+        assert not [r for r in g.ledger_rows() if r["batch_id"] == b.id]  # nothing ran, nothing billed
     finally:
         g.stop()
