@@ -170,7 +170,7 @@ def rebuild(previous: Services, policy: Policy) -> tuple[Services, list[object]]
 def _batch_upstreams(policy: Policy) -> dict[str, BatchUpstream]:
     """The batch API of every OpenAI-compatible provider that is neither an engine nor replicas."""
     return {
-        name: OpenAIBatchUpstream(name, p.base_url, p.api_key, p.headers)
+        name: OpenAIBatchUpstream(name, p.base_url, p.api_key, p.headers, p.speaks_responses)
         for name, p in policy.providers.items()
         if p.type == "openai" and not p.self_hosted and not p.replicas
     }

@@ -69,3 +69,32 @@ def test_provider_lane_forwards_and_prices_at_the_batch_price(tmp_path: Path, mo
         assert Decimal(causes["batch"]["savings_usd"]) > 0 and causes["batch"]["requests"] == 5
     finally:
         g.stop()
+
+
+def test_a_message_batch_the_provider_cannot_take_runs_as_live_requests(
+    tmp_path: Path, mock: MockUpstream
+) -> None:
+    """An Anthropic Message Batch on a provider-lane route whose provider speaks OpenAI's batch
+    API: not forwarded (its items are Messages requests), run as ordinary requests instead."""
+    import anthropic
+
+    policy = mock_policy(mock.base_url).replace("price: {input: 0.15,", "price: {batch: 0.5, input: 0.15,", 1)
+    policy = policy.replace("routes:\n", "routes:\n" + ROUTE, 1) + "batches:\n  poll_interval_s: 0.05\n"
+    g = start_gateway(tmp_path, policy)
+    try:
+        reqs = [{"custom_id": f"m{i}", "params": {"model": "nightly", "max_tokens": 8,
+                                                  "messages": [{"role": "user", "content": f"hi {i}"}]}} for i in range(3)]  # fmt: skip
+        with anthropic.Anthropic(base_url=g.url, api_key=g.key(), max_retries=0) as client:
+            batch = client.messages.batches.create(requests=reqs)  # type: ignore[arg-type]
+            deadline = time.monotonic() + 20
+            while client.messages.batches.retrieve(batch.id).processing_status != "ended":
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            results = list(client.messages.batches.results(batch.id))
+        assert [r.result.type for r in results] == ["succeeded"] * 3
+        paths = [(r["method"], r["path"]) for r in mock.state.requests()]
+        assert ("POST", "/v1/batches") not in paths and paths.count(("POST", "/v1/chat/completions")) == 3
+        rows = [r for r in g.ledger_rows() if r["batch_id"] == batch.id]
+        assert len(rows) == 3 and {r["savings_cause"] for r in rows} != {"batch"}  # list price, live
+    finally:
+        g.stop()

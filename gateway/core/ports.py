@@ -407,6 +407,11 @@ class BatchUpstream(Protocol):
     """A provider's own batch API (OpenAI's Files + Batches): a batch goes up whole, its
     answers come back as the provider's output and error files."""
 
+    @property
+    def endpoints(self) -> frozenset[str]:
+        """The batch endpoints (wire paths) it runs."""
+        ...
+
     async def submit(self, endpoint: str, lines: bytes, timeout: float) -> str:
         """Upload ``lines`` (JSONL, OpenAI's batch input format) and create the batch; its id."""
         ...

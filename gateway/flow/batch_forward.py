@@ -39,13 +39,14 @@ TIMEOUT_S = 120.0
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 
 
-def upstream_of(svc: Services, plan: RoutePlan) -> tuple[Target, BatchUpstream] | None:
-    """The route's first target when its provider has a batch API and the model a batch price."""
+def upstream_of(svc: Services, plan: RoutePlan, endpoint: str) -> tuple[Target, BatchUpstream] | None:
+    """The route's first target when its provider's batch API runs ``endpoint`` and the model
+    has a batch price."""
     target = plan.targets[0] if plan.targets else None
     if target is None or target.price.batch is None:
         return None
     upstream = svc.batch_upstreams.get(target.provider)
-    return None if upstream is None else (target, upstream)
+    return None if upstream is None or endpoint not in upstream.endpoints else (target, upstream)
 
 
 async def submit(

@@ -78,7 +78,7 @@ class BatchRunner:
                     self._billed += await batch_forward.poll(svc, store, batch, route[0])
             elif batch.status == "in_progress" and "expired_at" not in batch.times:
                 forward = (
-                    batch_forward.upstream_of(svc, route[0])
+                    batch_forward.upstream_of(svc, route[0], batch.endpoint)
                     if route and route[1].lane == "provider"
                     else None
                 )

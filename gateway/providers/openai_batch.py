@@ -16,9 +16,16 @@ from gateway.providers import http
 
 class OpenAIBatchUpstream:
     def __init__(
-        self, name: str, base_url: str, api_key: str | None, headers: Mapping[str, str] | None = None
+        self,
+        name: str,
+        base_url: str,
+        api_key: str | None,
+        headers: Mapping[str, str] | None = None,
+        responses: bool = False,
     ) -> None:
         self.name = name
+        chat = {"/v1/chat/completions", "/v1/embeddings"}  # what it runs (Responses: when it speaks it)
+        self.endpoints = frozenset(chat | {"/v1/responses"} if responses else chat)
         self._base = base_url.rstrip("/")
         self._headers = dict(headers or {})
         if api_key:
