@@ -36,6 +36,7 @@ from gateway.limits.redis_store import RedisStore
 from gateway.limits.stores import open_key_store
 from gateway.limits.worst_case import prompt_token_bound
 from gateway.providers.anthropic import AnthropicProvider
+from gateway.providers.anthropic_batch import AnthropicBatchUpstream
 from gateway.providers.openai_batch import OpenAIBatchUpstream
 from gateway.providers.openai_compat import OpenAICompatProvider
 from gateway.providers.replicated import ReplicatedProvider
@@ -168,12 +169,16 @@ def rebuild(previous: Services, policy: Policy) -> tuple[Services, list[object]]
 
 
 def _batch_upstreams(policy: Policy) -> dict[str, BatchUpstream]:
-    """The batch API of every OpenAI-compatible provider that is neither an engine nor replicas."""
-    return {
-        name: OpenAIBatchUpstream(name, p.base_url, p.api_key, p.headers, p.speaks_responses)
-        for name, p in policy.providers.items()
-        if p.type == "openai" and not p.self_hosted and not p.replicas
-    }
+    """The batch API of every provider that is neither an engine nor replicas."""
+    out: dict[str, BatchUpstream] = {}
+    for name, p in policy.providers.items():
+        if p.self_hosted or p.replicas:
+            continue
+        if p.type == "anthropic":
+            out[name] = AnthropicBatchUpstream(name, p.base_url, p.api_key, p.headers)
+        else:
+            out[name] = OpenAIBatchUpstream(name, p.base_url, p.api_key, p.headers, p.speaks_responses)
+    return out
 
 
 def _secrets(policy: Policy) -> tuple[str, ...]:

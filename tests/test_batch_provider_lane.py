@@ -98,3 +98,41 @@ def test_a_message_batch_the_provider_cannot_take_runs_as_live_requests(
         assert len(rows) == 3 and {r["savings_cause"] for r in rows} != {"batch"}  # list price, live
     finally:
         g.stop()
+
+
+def test_a_message_batch_goes_to_anthropics_message_batches(tmp_path: Path, mock: MockUpstream) -> None:
+    import anthropic
+
+    route = "  nightly-claude:\n    targets: [claude]\n    batch: {lane: provider}\n"
+    policy = mock_policy(mock.base_url).replace("price: {input: 3,", "price: {batch: 0.5, input: 3,", 1)
+    policy = policy.replace("routes:\n", "routes:\n" + route, 1)
+    g = start_gateway(tmp_path, policy + "batches:\n  poll_interval_s: 0.05\n  upstream_poll_s: 0.05\n")
+    try:
+        reqs = [{"custom_id": f"c{i}", "params": {"model": "nightly-claude", "max_tokens": 8,
+                                                  "messages": [{"role": "user", "content": f"hey {i}"}]}} for i in range(3)]  # fmt: skip
+        with anthropic.Anthropic(base_url=g.url, api_key=g.key(), max_retries=0) as client:
+            batch = client.messages.batches.create(requests=reqs)  # type: ignore[arg-type]
+            deadline = time.monotonic() + 20
+            while client.messages.batches.retrieve(batch.id).processing_status != "ended":
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            results = {r.custom_id: r.result for r in client.messages.batches.results(batch.id)}
+        assert {k: v.type for k, v in results.items()} == {
+            "c0": "succeeded",
+            "c1": "succeeded",
+            "c2": "succeeded",
+        }
+        assert results["c0"].message.role == "assistant"  # type: ignore[union-attr]
+        paths = [(r["method"], r["path"]) for r in mock.state.requests()]
+        assert ("POST", "/v1/messages/batches") in paths and ("POST", "/v1/messages") not in paths
+        rows = [r for r in g.ledger_rows() if r["batch_id"] == batch.id]
+        assert len(rows) == 3
+        for r in rows:
+            assert (
+                r["served_model"] == "claude"
+                and r["savings_cause"] == "batch"
+                and r["provider"] == "mock-anthropic"
+            )
+            assert Decimal(r["cost_usd"]) * 2 == Decimal(r["baseline_cost_usd"])  # half the list price
+    finally:
+        g.stop()

@@ -1,6 +1,7 @@
 """Lane ``provider``: a batch sent whole to its route's first target's provider's own batch
-API (OpenAI's Files + Batches), each item priced at the provider's batch price (the model's
-``price.batch`` share of its list price; savings cause ``batch``).
+API (OpenAI's Files + Batches; Anthropic's Message Batches for Messages items), each item
+priced at the provider's batch price (the model's ``price.batch`` share of its list price;
+savings cause ``batch``).
 
 ``submit`` claims every item still to run (with a lease to the end of the completion window),
 applies the route's params, names the upstream model and uploads them as one batch; the
@@ -26,7 +27,14 @@ import orjson
 
 from gateway.core.batch import Batch, Claimed, request_id_of
 from gateway.core.ports import BatchStore, BatchUpstream
-from gateway.core.types import Price, Principal, Target, usage_from_openai, usage_from_responses
+from gateway.core.types import (
+    Price,
+    Principal,
+    Target,
+    usage_from_anthropic,
+    usage_from_openai,
+    usage_from_responses,
+)
 from gateway.flow import batch_items
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import record
@@ -58,7 +66,12 @@ async def submit(
         return
     lines = []
     for item in claimed:
-        body = apply_params(orjson.loads(item.body), plan.policy.params)
+        names = (
+            batch_items.ADAPTERS[wire.endpoint_kind(batch.endpoint)].names
+            if batch.endpoint != "/v1/embeddings"
+            else None
+        )
+        body = apply_params(orjson.loads(item.body), plan.policy.params, names)
         body["model"] = target.upstream_model
         line = {"custom_id": str(item.idx), "method": "POST", "url": batch.endpoint, "body": body}
         lines.append(orjson.dumps(line))
@@ -149,7 +162,9 @@ def _metered(
     ex.requested, ex.plan, ex.attempts, ex.batch_priced = str(batch.model), plan, 1, True
     ex.target = dataclasses.replace(target, price=batch_price(target.price))
     ex.reservation = svc.batch_holds.take(batch.id, idx)  # settled to the real cost by metering
-    read = usage_from_responses if batch.endpoint == "/v1/responses" else usage_from_openai
+    read = {"/v1/responses": usage_from_responses, "/v1/messages": usage_from_anthropic}.get(
+        batch.endpoint, usage_from_openai
+    )
     usage = read(body.get("usage")) if isinstance(body, dict) else None
     if usage is not None:
         ex.usage = usage
