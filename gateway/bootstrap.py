@@ -22,8 +22,11 @@ from gateway.cache.semantic_layer import SemanticLayer
 from gateway.config.loader import PolicyError, load_policy
 from gateway.config.policy import CachePolicy, Policy, ProviderPolicy
 from gateway.config.settings import Settings
-from gateway.core.ports import ExactCache, Ledger, Provider, Stickiness, Tracer
+from gateway.core.ports import BatchUpstream, ExactCache, Ledger, Provider, Stickiness, Tracer
+from gateway.flow.batch_runner import BatchRunner
 from gateway.flow.services import Services, TaskOwner
+from gateway.ledger.batch_files import LocalFileStore
+from gateway.ledger.batches import open_batch_store
 from gateway.ledger.open import open_ledger
 from gateway.ledger.responses import open_response_store
 from gateway.ledger.tokens import count_prompt_tokens
@@ -34,6 +37,8 @@ from gateway.limits.redis_store import RedisStore
 from gateway.limits.stores import open_key_store
 from gateway.limits.worst_case import prompt_token_bound
 from gateway.providers.anthropic import AnthropicProvider
+from gateway.providers.anthropic_batch import AnthropicBatchUpstream
+from gateway.providers.openai_batch import OpenAIBatchUpstream
 from gateway.providers.openai_compat import OpenAICompatProvider
 from gateway.providers.replicated import ReplicatedProvider
 from gateway.routing.balancer import ReplicaBalancer
@@ -177,8 +182,22 @@ def rebuild(previous: Services, policy: Policy) -> tuple[Services, list[object]]
         providers=providers,
         cache=cache,
         secrets=_secrets(policy),
+        batch_upstreams=_batch_upstreams(policy),
     )
     return services, retired
+
+
+def _batch_upstreams(policy: Policy) -> dict[str, BatchUpstream]:
+    """The batch API of every provider that is neither an engine nor replicas."""
+    out: dict[str, BatchUpstream] = {}
+    for name, p in policy.providers.items():
+        if p.self_hosted or p.replicas:
+            continue
+        if p.type == "anthropic":
+            out[name] = AnthropicBatchUpstream(name, p.base_url, p.api_key, p.headers)
+        else:
+            out[name] = OpenAIBatchUpstream(name, p.base_url, p.api_key, p.headers, p.speaks_responses)
+    return out
 
 
 def _secrets(policy: Policy) -> tuple[str, ...]:
@@ -222,6 +241,7 @@ class Gateway:
         self._services = services
         self._key_store = key_store
         self._reload_lock = asyncio.Lock()
+        self.batch_runner = BatchRunner(lambda: self._services)
         self._redact()
 
     @property
@@ -297,6 +317,8 @@ class Gateway:
         await asyncio.to_thread(svc.ledger.close)
         if svc.responses is not None:
             svc.responses.close()
+        if svc.batches is not None:
+            svc.batches.close()
         self._key_store.close()
 
 
@@ -383,6 +405,9 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
         secrets=_secrets(policy),
         responses=responses,
         sticky=_sticky(settings, policy, metrics, tasks),
+        batches=open_batch_store(settings.ledger_url),  # tables of the ledger's migrations
+        files=LocalFileStore(settings.home / "files"),
+        batch_upstreams=_batch_upstreams(policy),
     )
     _warn_unconfigured(policy)
     gateway = Gateway(services, key_store)
@@ -390,6 +415,7 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
     progress.phase = "started"
     tasks.daemon(engines.run(metrics.record_engine))  # engine /metrics probe (idle if none)
     tasks.daemon(KeyWatch(key_store, services.keys, limits).run())  # key changes made elsewhere
+    tasks.daemon(gateway.batch_runner.run())  # Batch API items (idle without open batches)
     if settings.policy_watch_s > 0:
         tasks.daemon(gateway.watch_policy(settings.policy_watch_s))
     return gateway

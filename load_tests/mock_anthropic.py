@@ -15,6 +15,7 @@ from load_tests.mock_reply import (
     json_reply,
     last_user_text,
     part_text,
+    requested_tool,
     split_fixed,
     stop_list,
 )
@@ -94,7 +95,10 @@ def messages(
     mid = f"msg_mock{rid:012d}"
     tool = _chosen_tool(body)
     if tool is not None:
-        tool_input = {"q": user_text}
+        tool_input: dict[str, Any] = {"q": user_text}
+        asked = requested_tool(user_text, body.get("tools"))
+        if asked is not None:
+            tool, tool_input = asked
         pieces = split_fixed(orjson.dumps(tool_input).decode(), ARG_PIECE_CHARS)
         block = {"type": "tool_use", "id": f"toolu_mock{rid:012d}", "name": tool, "input": tool_input}
         return _respond(body, mid, model, usage, block, pieces, "tool_use", None)

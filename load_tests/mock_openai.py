@@ -20,6 +20,7 @@ from load_tests.mock_reply import (
     last_user_text,
     openai_error,
     part_text,
+    requested_tool,
     split_fixed,
     stop_list,
 )
@@ -94,6 +95,9 @@ def chat_completion(body: dict[str, Any], tokens: int, rid: int, created: int) -
     tool = _chosen_tool(body)
     if tool is not None:
         args = json.dumps({"q": user_text})
+        asked = requested_tool(user_text, body.get("tools"))
+        if asked is not None:
+            tool, args = asked[0], json.dumps(asked[1])
         call_id = f"call_mock{rid:010d}"
         if body.get("stream"):
             return _stream_tool(body, cid, created, model, n, tool, call_id, args, prompt_tokens)

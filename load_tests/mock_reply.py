@@ -6,6 +6,7 @@ The reply text is ``"echo: " + <last user text>``, cut or padded (with the word
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,3 +156,22 @@ def stop_list(value: Any) -> list[str]:
     if isinstance(value, list):
         return [s for s in value if isinstance(s, str)]
     return []
+
+
+_TOOL_MARK = re.compile(r"mock-tool: (\w+) (\{.*\})\s*$", re.S)
+
+
+def requested_tool(text: str, tools: Any) -> tuple[str, dict[str, Any]] | None:
+    """A prompt that ends with ``mock-tool: NAME {json}`` makes the mock call that tool (when
+    the request offers it) with that input, so an agent test can make a real tool run."""
+    found = _TOOL_MARK.search(text or "")
+    if found is None or not isinstance(tools, list):
+        return None
+    names = {(t.get("function") or {}).get("name") or t.get("name") for t in tools if isinstance(t, dict)}
+    if found.group(1) not in names:
+        return None
+    try:
+        args = orjson.loads(found.group(2))
+    except orjson.JSONDecodeError:
+        return None
+    return (found.group(1), args) if isinstance(args, dict) else None

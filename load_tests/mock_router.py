@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from load_tests import mock_anthropic, mock_openai, mock_responses
+from load_tests.mock_batches import MockBatches, MockMessageBatches
 from load_tests.mock_reply import Reply, anthropic_error, json_reply, openai_error
 from load_tests.mock_state import FaultError, MockState, Settings
 
@@ -59,11 +60,19 @@ class MockApp:
 
     def __init__(self, state: MockState) -> None:
         self.state = state
+        self.batches = MockBatches(state.settings.tokens)
+        self.message_batches = MockMessageBatches(state.settings.tokens, state.cache_lookup)
         self._ids = itertools.count(1)
 
     def plan(self, req: Request) -> Plan:
         if req.path.startswith("/_mock/"):
             return Plan(self._control(req))
+        if req.path.startswith("/v1/messages/batches"):  # Anthropic's (load_tests/mock_batches.py)
+            self.state.record({"method": req.method, "path": req.path, "headers": req.headers, "body": None})
+            return Plan(self.message_batches.handle(req.method, req.path, req.headers, req.body))
+        if req.path.startswith(("/v1/files", "/v1/batches")):  # the batch API (load_tests/mock_batches.py)
+            self.state.record({"method": req.method, "path": req.path, "headers": req.headers, "body": None})
+            return Plan(self.batches.handle(req.method, req.path, req.headers, req.body))
         body: Any = None
         bad_json = False
         if req.body:

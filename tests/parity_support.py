@@ -40,6 +40,10 @@ DEADLINE_S = 0.5
 ROUTES = f"""\
   plain:
     targets: [small]
+  squeezed:
+    targets: [small]
+    cache: {{mode: "off"}}
+    compression: {{lossless: true}}
   budgeted:
     targets: [metered]
     cache: {{mode: "off"}}

@@ -38,7 +38,7 @@ def gw(tmp_path: Path, mock: MockUpstream) -> Iterator[RunningGateway]:
         gateway.stop()
 
 
-def run_claude(gw: RunningGateway, tmp_path: Path, *extra: str) -> dict[str, Any]:
+def run_claude(gw: RunningGateway, tmp_path: Path, *extra: str, prompt: str = "say hello") -> dict[str, Any]:
     home, work = tmp_path / "claude-home", tmp_path / "work"
     home.mkdir(exist_ok=True)
     work.mkdir(exist_ok=True)
@@ -51,7 +51,7 @@ def run_claude(gw: RunningGateway, tmp_path: Path, *extra: str) -> dict[str, Any
         "DISABLE_AUTOUPDATER": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
-    cmd = [claude_binary(), "-p", "say hello", "--output-format", "json", *extra]
+    cmd = [claude_binary(), "-p", prompt, "--output-format", "json", *extra]
     proc = subprocess.run(
         cmd, env=env, cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120
     )

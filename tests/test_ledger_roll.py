@@ -12,7 +12,7 @@ from pathlib import Path
 from gateway.core.ledger_row import LedgerRow
 from gateway.ledger import rollup, store
 from gateway.ledger.db import open_db
-from gateway.ledger.schema import SQLITE_INSERT_SQL, SQLITE_MIGRATIONS, apply_migrations
+from gateway.ledger.schema import SQLITE_COLUMNS, SQLITE_INSERT_SQL, SQLITE_MIGRATIONS, apply_migrations
 from gateway.ledger.sqlite import connect, immediate, migrate, row_params
 from gateway.ledger.store import SQLiteLedger
 from tests.test_ledger_rollups import _check_all, _write_sqlite, sample_rows
@@ -144,7 +144,13 @@ def test_v6_migration_marks_an_older_ledger_rolled_up(tmp_path: Path) -> None:
     apply_migrations(conn.execute, {v: s for v, s in SQLITE_MIGRATIONS.items() if v <= 5}, "?")
     rows = sample_rows(50, seed=4)
     params = [row_params(r) for r in rows]
-    conn.executemany(SQLITE_INSERT_SQL, params)
+    newer = {"batch_id", "compressed_tokens"}  # v12's columns: a v5 table has none of them
+    keep = [i for i, c in enumerate(SQLITE_COLUMNS) if c not in newer]
+    v5_cols = [SQLITE_COLUMNS[i] for i in keep]
+    conn.executemany(
+        f"INSERT INTO ledger ({', '.join(v5_cols)}) VALUES ({', '.join('?' for _ in v5_cols)})",
+        [tuple(p[i] for i in keep) for p in params],
+    )
     for table, cells in rollup.cells(rollup.facts(params)).items():  # a v5 writer's rollups
         conn.executemany(rollup.SQLITE_UPSERT[table], rollup.params(cells))
     conn.close()

@@ -193,6 +193,27 @@ def test_budget_counts_system_prompt_and_tool_results(
     assert len(sent_upstream(upstream, small)) == 1
 
 
+# --------------------------------------------------------------------------- 2b. compression
+PADDED_OUTPUT = "".join(f"tests/test_module_{i}.py ....   \n\n\n\n" for i in range(30)) + "120 passed   \n"
+
+
+@pytest.mark.parametrize(("protocol", "stream"), CELLS)
+def test_compression_reaches_the_upstream_and_the_ledger(
+    gw: RunningGateway, upstream: MockUpstream, protocol: Protocol, stream: bool
+) -> None:
+    mark = marker(protocol, stream)
+    body = agent_request(protocol, "squeezed", SYSTEM_BLOCKS[:1], PADDED_OUTPUT, f"Summarise {mark}", stream)
+    r = send(gw, protocol, body)
+    assert r.status_code == 200, r.text  # the mock answers with a call of the agent's tool
+    (sent,) = sent_upstream(upstream, mark)
+    text = orjson.dumps(sent).decode()
+    assert "120 passed" in text and "   \\n" not in text and "\\n\\n\\n" not in text, (
+        "the tool output was compressed"
+    )
+    saved = int(r.headers["x-switchyard-compressed-tokens"])
+    assert saved > 0 and ledger_row(gw, r)["compressed_tokens"] == saved
+
+
 # --------------------------------------------------------------------------- 3. classifier
 @pytest.mark.parametrize(("protocol", "stream"), CELLS)
 def test_classifier_scores_the_request(

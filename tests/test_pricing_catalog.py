@@ -75,11 +75,11 @@ routes:
 """
     )
     assert policy.models["fast"].price == PricePolicy(
-        input=D("0.15"), output=D("0.60"), cached_input=D("0.075")
-    )
+        input=D("0.15"), output=D("0.60"), cached_input=D("0.075"), batch=D("0.5")
+    )  # the catalog's batch share for OpenAI models (their Batch API: half price)
     sonnet = policy.models["claude-sonnet-4-5"].price
     assert sonnet is not None and (sonnet.cache_write, sonnet.cache_write_1h) == (D("3.75"), D("6.00"))
-    assert policy.models["llama"].price == PricePolicy(input=D("0.59"), output=D("0.79"))
+    assert policy.models["llama"].price == PricePolicy(input=D("0.59"), output=D("0.79"))  # no batch API
     target = Router(policy).plan("r", _principal(), "chat").targets[0]
     assert target.price.input == D("0.15") and not target.self_hosted
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from gateway import __version__, bootstrap
-from gateway.api import admin, dashboard, messages, responses
+from gateway.api import admin, batches, dashboard, messages, responses
 from gateway.api.errors import install_error_handlers
 from gateway.api.fastpath import FastPath
 from gateway.api.overload import AdmissionGate
@@ -53,6 +53,7 @@ def create_app(settings: Settings | None = None) -> AdmissionGate:
         def started(gateway: bootstrap.Gateway) -> None:
             nonlocal sighup
             app.state.sy = AppState(gateway)
+            gateway.batch_runner.interactive = lambda: admission.in_flight  # batch items yield to these
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 loop.add_signal_handler(signal.SIGHUP, lambda: gateway.tasks.spawn(gateway.reload()))
                 sighup = True
@@ -79,6 +80,7 @@ def create_app(settings: Settings | None = None) -> AdmissionGate:
     app.include_router(router)
     app.include_router(admin.router)
     app.include_router(dashboard.router)
+    app.include_router(batches.router)  # before messages: /v1/messages/batches is its own
     app.include_router(messages.router)
     app.include_router(responses.router)
     gate = AdmissionGate(

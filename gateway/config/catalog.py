@@ -28,7 +28,7 @@ from typing import Any, Final
 from gateway.config.policy import ModelPolicy, Policy, PricePolicy
 
 _SNAPSHOT: Final = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8})$")
-_PRICE_FIELDS: Final = ("input", "cached_input", "cache_write", "cache_write_1h", "output")
+_PRICE_FIELDS: Final = ("input", "cached_input", "cache_write", "cache_write_1h", "output", "batch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +83,12 @@ def parse_catalog(data: Any) -> Catalog:
     if not isinstance(as_of, str) or not as_of:
         raise ValueError("price catalog: 'as_of' must be a date string")
     entries = {}
+    batch = data.get("batch", {})  # host -> the share of list price its batch API charges
     for model, raw in data["models"].items():
-        entries[model] = CatalogEntry(model, str(raw.get("host", "")), _price(raw, f"models.{model}"))
+        host = str(raw.get("host", ""))
+        if host in batch and raw.get("batch") is None:
+            raw = {**raw, "batch": batch[host]}
+        entries[model] = CatalogEntry(model, host, _price(raw, f"models.{model}"))
     return Catalog(as_of, MappingProxyType(entries))
 
 

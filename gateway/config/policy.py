@@ -124,6 +124,7 @@ class PricePolicy(_Strict):
     cached_input: Decimal | None = Field(default=None, ge=0)
     cache_write: Decimal | None = Field(default=None, ge=0)
     cache_write_1h: Decimal | None = Field(default=None, ge=0)  # Anthropic 1-hour cache writes
+    batch: Decimal | None = Field(default=None, ge=0, le=1)  # the batch API's price: this share of the above
 
 
 class ModelPolicy(_Strict):
@@ -218,6 +219,44 @@ class ClassifierPolicy(_Strict):
         return self
 
 
+class RouteBatchPolicy(_Strict):
+    """How the route runs Batch API items (docs/batch.md). ``low_priority``: as ordinary
+    requests, at most ``concurrency`` at a time, paused while ``yield_above`` interactive
+    requests or more are in flight; ``self_hosted``: also only while every self-hosted engine
+    of the route has spare capacity (waiting queue <= ``max_waiting``, KV cache use <=
+    ``max_kv_usage``, as its /metrics probe reads them); ``provider``: the whole batch is sent
+    to the first target's provider's own batch API (OpenAI-compatible providers) and each item
+    priced at the model's ``price.batch`` share of its price."""
+
+    lane: Literal["low_priority", "self_hosted", "provider"] = "low_priority"
+    concurrency: int = Field(default=4, gt=0, le=1024)
+    yield_above: int | None = Field(default=8, gt=0)
+    max_waiting: int = Field(default=0, ge=0)
+    max_kv_usage: float = Field(default=0.8, gt=0, le=1)
+
+
+class CompressionPolicy(_Strict):
+    """Prompt compression on the route (docs/compression.md). ``lossless``: JSON minified,
+    trailing spaces and extra blank lines cut, repeated blocks marked, in user text and tool
+    outputs; the cached prefix does not move. ``trim_tool_outputs_after``: tool outputs older
+    than that many tool-carrying turns cut to a stub (lossy; it moves the cached prefix)."""
+
+    lossless: bool = False
+    trim_tool_outputs_after: int | None = Field(default=None, ge=0)
+
+
+class BatchesPolicy(_Strict):
+    """The Files and Batch APIs (docs/batch.md)."""
+
+    max_file_bytes: int = Field(default=200 * 1024 * 1024, gt=0)  # an uploaded file, at most
+    max_items: int = Field(default=50_000, gt=0)  # lines (requests) of one batch, at most
+    lease_s: float = Field(default=900.0, gt=0)  # a claimed item is taken back after this (a dead worker)
+    poll_interval_s: float = Field(default=0.5, gt=0, le=60)
+    upstream_poll_s: float = Field(
+        default=30.0, gt=0, le=3600
+    )  # lane provider: the provider's batch read this often
+
+
 class RoutePolicy(_Strict):
     targets: list[TargetPolicy] = Field(min_length=1)
     baseline: str | None = None  # reference model for baseline cost; default: first target
@@ -234,6 +273,8 @@ class RoutePolicy(_Strict):
 
     tiers: TiersPolicy | None = None  # cheap / self_hosted / strong; then `targets` is derived
     classifier: ClassifierPolicy | None = None  # needs tiers
+    batch: RouteBatchPolicy = Field(default_factory=RouteBatchPolicy)  # Batch API items
+    compression: CompressionPolicy = Field(default_factory=CompressionPolicy)
 
     @model_validator(mode="before")
     @classmethod
@@ -319,6 +360,7 @@ class Policy(_Strict):
     breaker: BreakerPolicy = Field(default_factory=BreakerPolicy)
     limits: LimitsPolicy = Field(default_factory=LimitsPolicy)
     telemetry: TelemetryPolicy = Field(default_factory=TelemetryPolicy)
+    batches: BatchesPolicy = Field(default_factory=BatchesPolicy)
 
     def allowed_models(self, tenant: str) -> frozenset[str] | None:
         """The routes/models a tenant may call; None means every one the policy exposes."""

@@ -11,7 +11,9 @@ from gateway.core.record import record
 ENDPOINTS: Final = frozenset({"chat", "completions", "embeddings", "messages", "responses"})
 CACHE_STATUSES: Final = frozenset({"miss", "hit", "semantic_hit", "bypass", "off"})
 STATUSES: Final = frozenset({"ok", "error", "client_disconnected", "stream_broken"})
-SAVINGS_CAUSES: Final = frozenset({"exact_cache", "semantic_cache", "self_hosted", "routing", "none"})
+SAVINGS_CAUSES: Final = frozenset(
+    {"exact_cache", "semantic_cache", "self_hosted", "batch", "routing", "none"}
+)
 
 
 def conversation_id(key: str | None) -> str | None:
@@ -57,3 +59,5 @@ class LedgerRow:
     savings_cause: str = "none"
     route_decision: str | None = None  # the router's choice, e.g. "weak" | "strong" | "spill"
     conversation: str | None = None  # conversation_id(): 16 hex digits, never the client's text
+    batch_id: str | None = None  # the batch this request was an item of (docs/batch.md)
+    compressed_tokens: int | None = None  # prompt tokens compression saved (None: off on the route)

@@ -118,6 +118,7 @@ class Price:
     cached_input: Decimal | None = None
     cache_write: Decimal | None = None
     cache_write_1h: Decimal | None = None  # 1-hour cache writes; None: priced as cache_write
+    batch: Decimal | None = None  # the provider's batch API price as a share of this one (0.5); None: none
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,8 @@ class Exchange:
     http_status: int = 200
     error_code: str | None = None
     ttft: float | None = None
+    compressed_tokens: int | None = None  # prompt tokens the compression step saved (None: off)
+    batch_priced: bool = False  # run by the provider's batch API at its batch price (cause "batch")
     # metering
     recorded: bool = False  # metering ran (exactly once per request)
     commit: Awaitable[bool] | None = None  # the ledger row's commit, awaited before the end

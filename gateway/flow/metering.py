@@ -70,7 +70,7 @@ def _record(svc: Services, ex: Exchange) -> None:
     _settle(svc, ex, cost)
     baseline = _baseline(ex, output_expected)
     base_model = ex.plan.baseline.model if ex.plan is not None and ex.plan.baseline is not None else None
-    cause = savings_cause(ex.cache, served, cost, baseline, base_model)
+    cause = savings_cause(ex.cache, served, cost, baseline, base_model, ex.batch_priced)
     _metrics(svc, ex, served, cost, total)
     if cause != "none" and baseline is not None and cost is not None:
         svc.metrics.record_savings(ex.principal.tenant, ex.route, cause, baseline - cost)
@@ -185,4 +185,5 @@ def _row(
         savings_cause=cause,
         route_decision=ex.route_decision,
         conversation=conversation_id(ex.conversation),
+        compressed_tokens=ex.compressed_tokens,
     )

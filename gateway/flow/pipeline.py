@@ -24,7 +24,7 @@ from gateway.core.ports import Provider
 from gateway.core.redact import redact
 from gateway.core.request import RequestRecord
 from gateway.core.types import RawResult, Target
-from gateway.flow import caching
+from gateway.flow import caching, compress
 from gateway.flow.adapters.base import Inbound
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import durable, record
@@ -49,6 +49,7 @@ async def serve(svc: Services, inbound: Inbound, ex: Exchange) -> Reply:
         await inbound.prepare(ex)
         rec = inbound.record
         plan = await admit(svc, rec, ex)
+        rec = compress.step(inbound, plan, ex)  # the route's prompt compression, wire and record
         ex.conversation = conversation_key(ex.principal.tenant, plan.name, rec.body, rec.conversation_hint)
         inbound.apply(plan.policy.params)
         rec = inbound.record

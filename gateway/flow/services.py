@@ -16,8 +16,12 @@ from typing import Any
 
 from gateway.config.policy import Policy
 from gateway.config.settings import Settings
+from gateway.core.batch import BatchHolds
 from gateway.core.ports import (
+    BatchStore,
+    BatchUpstream,
     ExactCache,
+    FileStore,
     Ledger,
     Limits,
     Provider,
@@ -96,3 +100,7 @@ class Services:
     secrets: tuple[str, ...] = field(default=(), repr=False)  # provider keys, for redaction
     responses: ResponseStore | None = None  # stored Responses API responses (previous_response_id)
     sticky: Stickiness = field(default_factory=StickyConversations)  # shared through Redis if any
+    batches: BatchStore | None = None  # the Batch API's state (in the ledger's database)
+    files: FileStore | None = None  # the Files API's files
+    batch_upstreams: Mapping[str, BatchUpstream] = field(default_factory=dict)  # providers' batch APIs
+    batch_holds: BatchHolds = field(default_factory=BatchHolds)  # budgets held for batch items

@@ -46,11 +46,13 @@ def savings_cause(
     cost: Decimal | None,
     baseline: Decimal | None,
     baseline_model: str | None = None,
+    batch: bool = False,
 ) -> str:
     """Why this request cost less than its route's baseline model:
 
     - ``exact_cache`` / ``semantic_cache``: answered from a cache (cache status ``hit`` /
       ``semantic_hit``);
+    - ``batch``: a Batch API item the provider's own batch API ran, at its batch price;
     - ``self_hosted``: served by our own engine (a provider with ``self_hosted: true``);
     - ``routing``: served by another model than the baseline (``baseline_model``), cheaper
       for this request;
@@ -63,6 +65,8 @@ def savings_cause(
         return "semantic_cache"
     if served is None or cost is None or baseline is None:
         return "none"
+    if batch and cost < baseline:
+        return "batch"
     if served.self_hosted:
         return "self_hosted"
     if served.model == baseline_model:

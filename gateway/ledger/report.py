@@ -177,7 +177,7 @@ def savings_by_cause(
     tenant: str | None = None,
 ) -> list[dict[str, Any]]:
     """Savings (baseline − cost, where both are known) per (time bucket, cause); causes are
-    exact_cache, semantic_cache, self_hosted, routing and none."""
+    exact_cache, semantic_cache, self_hosted, batch, routing and none."""
     rows = spend_series(url, "cause", bucket, since_seconds, now=now, until=until, tenant=tenant)
     return [{"cause": r["group"], **{k: r[k] for k in SAVINGS_COLUMNS[1:]}} for r in rows]
 

@@ -40,6 +40,12 @@ of 1e-10 USD (``cost_e10``) that SQL can sum exactly and fast.
       PostgreSQL (ts) INCLUDE (conversation, cost_usd, tenant)), replacing v5's: a tenant's
       top conversations (which the spans do not serve) and its reports' edge rows read the
       index alone instead of looking up every row of the window; no more indexes per insert
+  v11 ``batch_id`` (the batch a row was an item of; NULL otherwise), ``compressed_tokens`` (the
+      prompt tokens the compression step saved; NULL where it is off) and the Batch API's state:
+      ``batches`` (one row per batch: tenant, key, protocol, endpoint, status, times, files,
+      and errors) and ``batch_items`` (one row per input line: its body, status,
+      attempts, and once run its result and ledger row, committed together; see
+      ``ledger/batches.py``)
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from typing import Any, Final, Protocol
 from gateway.core.ledger_row import LedgerRow
 
 TABLE: Final = "ledger"
-SCHEMA_VERSION: Final = 11
+SCHEMA_VERSION: Final = 12
 COLUMNS: Final[tuple[str, ...]] = tuple(f.name for f in fields(LedgerRow))
 SQLITE_COLUMNS: Final = (*COLUMNS, "cost_e10", "baseline_e10")
 
@@ -234,6 +240,52 @@ def stored_responses_sql(real: str, blob: str) -> tuple[str, ...]:
     )
 
 
+BATCHES: Final = "batches"
+BATCH_ITEMS: Final = "batch_items"
+
+
+def _v12(real: str, blob: str, add_column: str) -> tuple[str, ...]:
+    return (
+        f"ALTER TABLE {TABLE} ADD COLUMN {add_column}batch_id TEXT",
+        f"ALTER TABLE {TABLE} ADD COLUMN {add_column}compressed_tokens INTEGER",
+        f"""CREATE TABLE IF NOT EXISTS {BATCHES} (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        key_id TEXT,
+        api TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        model TEXT,
+        input_file_id TEXT,
+        completion_window TEXT NOT NULL,
+        metadata {blob},
+        status TEXT NOT NULL,
+        created_at {real} NOT NULL,
+        expires_at {real} NOT NULL,
+        times {blob} NOT NULL,
+        output_file_id TEXT,
+        error_file_id TEXT,
+        errors {blob},
+        upstream {blob}
+    )""",
+        f"CREATE INDEX IF NOT EXISTS ix_{BATCHES}_tenant_created ON {BATCHES} (tenant, created_at)",
+        f"CREATE INDEX IF NOT EXISTS ix_{BATCHES}_status ON {BATCHES} (status)",
+        f"""CREATE TABLE IF NOT EXISTS {BATCH_ITEMS} (
+        batch_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        custom_id TEXT,
+        body {blob},
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        lease_until {real},
+        result {blob},
+        ledger_row {blob},
+        billed INTEGER NOT NULL,
+        PRIMARY KEY (batch_id, idx)
+    )""",
+        f"CREATE INDEX IF NOT EXISTS ix_{BATCH_ITEMS}_status ON {BATCH_ITEMS} (status, batch_id, idx)",
+    )
+
+
 SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     1: _v1("TEXT", "REAL", "INTEGER PRIMARY KEY"),
     2: (
@@ -264,6 +316,7 @@ SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     9: _v9("(conversation, ts, cost_e10)"),
     10: _v10("(ts, conversation, cost_e10, tenant)"),
     11: (),  # stored responses: their own file on SQLite (ledger/responses.py)
+    12: _v12("REAL", "BLOB", ""),
 }
 
 POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -293,6 +346,7 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     9: (*_v9("(conversation, ts) INCLUDE (cost_usd)"), f"ALTER TABLE {SPAN_TABLE} SET (fillfactor = 80)"),
     10: _v10("(ts) INCLUDE (conversation, cost_usd, tenant)"),
     11: stored_responses_sql("DOUBLE PRECISION", "BYTEA"),
+    12: _v12("DOUBLE PRECISION", "BYTEA", "IF NOT EXISTS "),
 }
 
 MIGRATIONS_TABLE_SQL: Final = (

@@ -194,6 +194,8 @@ def row_params(row: LedgerRow) -> tuple[Param, ...]:
         row.savings_cause,
         row.route_decision,
         row.conversation,
+        row.batch_id,
+        row.compressed_tokens,
         money_e10(row.cost_usd),
         money_e10(row.baseline_cost_usd),
     )

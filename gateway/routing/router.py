@@ -47,6 +47,7 @@ class Router:
                 cached_input=p.cached_input,
                 cache_write=p.cache_write,
                 cache_write_1h=p.cache_write_1h,
+                batch=p.batch,
             ),
             context_window=m.context_window,
             self_hosted=self._policy.providers[m.provider].self_hosted,

@@ -306,7 +306,7 @@ class Metrics:
             Counter(
                 "switchyard_savings_usd",
                 "USD saved against the route's baseline model, by cause "
-                "(exact_cache, semantic_cache, self_hosted, routing)",
+                "(exact_cache, semantic_cache, self_hosted, batch, routing)",
                 ["tenant", "route", "cause"],
                 registry=r,
             )

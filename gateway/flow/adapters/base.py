@@ -141,6 +141,10 @@ class Inbound:
         an adapter whose translation needs I/O (stored conversation state) does it here."""
         self.record = self.translate()
 
+    def retranslate(self) -> None:
+        """The record again from a rewritten wire body (the compression step)."""
+        self.record = self.translate()
+
     def apply(self, params: ParamsPolicy) -> None:
         """The route's params, on the record's body and on the wire body."""
         self.params = params

@@ -58,6 +58,10 @@ class Responses(Inbound):
         self.items = input_items(self.wire)
         self.record = self.translate()
 
+    def retranslate(self) -> None:
+        self.items = input_items(self.wire)
+        self.record = self.translate()
+
     def translate(self) -> RequestRecord:
         chat, dropped = to_chat(self.wire, [*self.history, *self.items], offset=len(self.history))
         return self.record_of(chat, dropped=dropped, hint=self.wire.get("prompt_cache_key"))
