@@ -81,7 +81,13 @@ class ProviderPolicy(_Strict):
     # routed here are passed through (body unchanged but ``model``, events relayed as sent)
     # instead of translated to chat. null: true for type openai on api.openai.com, else false
     # (vLLM and most OpenAI-compatible servers serve chat completions only).
+    # "auto" (or empty, as `${OPENAI_RESPONSES:-auto}` gives) is null.
     responses: bool | None = None
+
+    @field_validator("responses", mode="before")
+    @classmethod
+    def _responses_auto(cls, v: object) -> object:
+        return None if v in ("auto", "") else v
 
     @property
     def speaks_responses(self) -> bool:
