@@ -163,3 +163,4 @@ class NativeEvents:
 
     def error(self, exc: Any) -> bytes:
         return frame("error", error_body(exc))
+
