@@ -29,6 +29,7 @@ from gateway.core.errors import (
 )
 from gateway.flow import admin, pipeline
 from gateway.flow import completions as legacy
+from gateway.flow.access_log import endpoint_of
 from gateway.flow.adapters.chat import Chat
 from gateway.flow.exchange import Exchange
 from gateway.flow.reply import Reply
@@ -110,14 +111,22 @@ async def admitted(request: Request, wire: type[BaseModel]) -> Admitted:
     headers = wanted_headers(request.scope)
     ex = state.open(request, headers, svc)
     server = svc.policy.server
-    try:  # slow bodies cannot hold the slot
-        body = _json_body(request, server.max_body_bytes, headers.get("content-length"))
-        data = await state.body_deadlines.read(body, server.body_timeout_s)
-    except TimeoutError:
-        raise RequestTimeoutError(
-            f"The request body did not arrive within {server.body_timeout_s:g} seconds"
-        ) from None
-    validate(wire, data)
+    data: Any = None
+    try:
+        try:  # slow bodies cannot hold the slot
+            body = _json_body(request, server.max_body_bytes, headers.get("content-length"))
+            data = await state.body_deadlines.read(body, server.body_timeout_s)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"The request body did not arrive within {server.body_timeout_s:g} seconds"
+            ) from None
+        validate(wire, data)
+    except SwitchyardError as exc:  # refused at the door: its ledger row, metrics and log line
+        ex.endpoint = endpoint_of(request.url.path)
+        model = data.get("model") if isinstance(data, dict) else None
+        ex.requested = model if isinstance(model, str) else ""
+        await pipeline.failed(svc, ex, exc)
+        raise
     return svc, ex, data, headers
 
 
