@@ -172,3 +172,22 @@ def test_an_unmapped_name_is_a_404_listing_what_is_served(gw: RunningGateway) ->
         "error",
         "model_not_found",
     )
+
+
+def test_a_system_message_inside_the_conversation(gw: RunningGateway, mock: MockUpstream) -> None:
+    """Claude Code sends a system-role message after the first user turn: passed through to an
+    Anthropic upstream as it is, and a system message in place for a chat upstream."""
+    msgs = [
+        {"role": "user", "content": "say hello"},
+        {"role": "system", "content": [{"type": "text", "text": "# Environment"}]},
+        {"role": "user", "content": "again"},
+    ]
+    headers = {"anthropic-version": "2023-06-01"}
+    for model in ("claude-opus-5-5", "gpt-6-luna"):
+        r = gw.post("/v1/messages", {"model": model, "max_tokens": 16, "messages": msgs}, headers=headers)
+        assert r.status_code == 200, r.text
+    (native,) = [q["body"] for q in mock.requests() if q["path"].endswith("/v1/messages")]
+    assert native["messages"] == msgs
+    (chat,) = [q["body"] for q in mock.requests() if q["path"].endswith("/chat/completions")]
+    assert [m["role"] for m in chat["messages"]] == ["user", "system", "user"]
+    assert chat["messages"][1]["content"] == "# Environment"
