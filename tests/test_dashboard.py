@@ -324,10 +324,12 @@ def test_selects_apply_on_change_and_amounts_read_as_currency(gateway: RunningGa
                 page.select_option("#since", "7d")
             with page.expect_request(lambda r: "bucket=hour" in r.url, timeout=15000):
                 page.select_option("#bucket", "hour")
-            page.wait_for_function("document.getElementById('status').textContent.startsWith('updated')")
-            formatted = page.evaluate("[usd(1e-7), usd(0.004567), usd(1234.5), usd(0), usd('0.0100')]")
+            page.wait_for_function(
+                "() => document.getElementById('status').textContent.startsWith('updated')"
+            )
+            formatted = page.evaluate("() => [usd(1e-7), usd(0.004567), usd(1234.5), usd(0), usd('0.0100')]")
             totals = page.inner_text("#totals")
-            icon = page.evaluate("fetch('/favicon.ico').then(r => r.status)")
+            icon = page.evaluate("() => fetch('/favicon.ico').then(r => r.status)")
         finally:
             browser.close()
     assert errors == [] and failed == [] and icon == 200
