@@ -108,6 +108,38 @@ def test_codex_with_its_default_model(gw: RunningGateway, mock: MockUpstream, tm
     assert sent[0]["input"][0]["type"] == "additional_tools"  # passed through unchanged
 
 
+def test_claude_agent_sdk_with_its_default_model(
+    gw: RunningGateway, mock: MockUpstream, tmp_path: Path
+) -> None:
+    """The Claude Agent SDK (it drives the Claude Code CLI) with no model named."""
+    sdk = pytest.importorskip(
+        "claude_agent_sdk", reason="pip install claude-agent-sdk (the dev extra has it)"
+    )
+    home = tmp_path / "sdk-home"
+    home.mkdir()
+    env = {
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": gw.url,
+        "ANTHROPIC_API_KEY": gw.key(),
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    options = sdk.ClaudeAgentOptions(
+        cli_path=claude_binary(), env=env, cwd=str(tmp_path), tools=[], max_turns=1
+    )
+
+    async def run() -> list[Any]:
+        return [m async for m in sdk.query(prompt="say hello", options=options)]
+
+    messages = asyncio.run(run())
+    results = [m for m in messages if isinstance(m, sdk.ResultMessage)]
+    assert results and not results[-1].is_error and results[-1].result
+    sent = {q["body"]["model"] for q in mock.requests() if q["path"].endswith("/v1/messages")}
+    assert sent == {"claude-opus-5-5"}
+    assert {(r["requested_model"], r["status"]) for r in gw.ledger_rows()} == {("claude-opus-5-5", "ok")}
+
+
 def test_openai_agents_sdk_with_its_default_model(gw: RunningGateway) -> None:
     from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
     from agents.models.default_models import get_default_model
