@@ -125,3 +125,20 @@ def test_spend_by_error_names_the_errors(gw: RunningGateway) -> None:
     assert proc.returncode == 0, proc.stderr
     groups = {line.split(",")[1]: line for line in proc.stdout.splitlines()[1:]}
     assert {"invalid_request_error", "model_not_found"} <= set(groups), proc.stdout
+
+
+def test_one_line_per_request_on_every_protocol(gw: RunningGateway, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="switchyard")
+    msgs = [{"role": "user", "content": PROMPT}]
+    calls = [
+        ("/v1/chat/completions", {"model": "auto", "messages": msgs, "stream": True}, "chat"),
+        ("/v1/completions", {"model": "auto", "prompt": PROMPT}, "completions"),
+        ("/v1/embeddings", {"model": "embed", "input": PROMPT}, "embeddings"),
+        ("/v1/messages", {"model": "claude", "max_tokens": 16, "messages": msgs}, "messages"),
+        ("/v1/responses", {"model": "auto", "input": PROMPT}, "responses"),
+    ]
+    for path, body, _ in calls:
+        assert gw.post(path, body).status_code == 200, path
+    lines = _access_lines(caplog)
+    assert [ln.split(" endpoint=")[1].split()[0] for ln in lines] == [e for _, _, e in calls]
+    assert all(" status=200 error=- " in ln and PROMPT not in ln for ln in lines), lines
