@@ -165,6 +165,7 @@ def test_openai_agents_sdk_with_its_default_model(gw: RunningGateway) -> None:
     [
         ("claude-opus-4-1", "claude-opus-5-5"),
         ("claude-sonnet-4-6", "claude-sonnet-5-5"),
+        ("claude-sonnet", "claude-sonnet-5-5"),
         ("claude-haiku-5-5-20261001", "claude-haiku-5-5"),
         ("claude-haiku-4-5", "claude-haiku-4-5"),  # a catalog model is served as itself
     ],
