@@ -142,3 +142,20 @@ def test_one_line_per_request_on_every_protocol(gw: RunningGateway, caplog: pyte
     lines = _access_lines(caplog)
     assert [ln.split(" endpoint=")[1].split()[0] for ln in lines] == [e for _, _, e in calls]
     assert all(" status=200 error=- " in ln and PROMPT not in ln for ln in lines), lines
+
+
+def test_count_tokens_leaves_a_line_and_a_sample(
+    gw: RunningGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="switchyard")
+    msgs = [{"role": "user", "content": PROMPT}]
+    ok = gw.post("/v1/messages/count_tokens", {"model": "auto", "messages": msgs})
+    assert ok.status_code == 200 and ok.headers["x-switchyard-token-count"] == "estimate"
+    assert gw.post("/v1/messages/count_tokens", {"model": "nope", "messages": msgs}).status_code == 404
+    lines = [ln for ln in _access_lines(caplog) if " endpoint=count_tokens " in ln]
+    assert [ln.split(" status=")[1].split()[0] for ln in lines] == ["200", "404"], lines
+    assert " route=auto " in lines[0] and " error=model_not_found " in lines[1]
+    metrics = gw.get("/metrics").text
+    assert 'endpoint="count_tokens",model="none",provider="none",route="auto",status="ok"} 1.0' in metrics
+    assert 'switchyard_rejections_total{code="model_not_found"} 1.0' in metrics
+    assert gw.ledger_rows() == []  # counting buys nothing: no ledger row
