@@ -159,3 +159,12 @@ def test_count_tokens_leaves_a_line_and_a_sample(
     assert 'endpoint="count_tokens",model="none",provider="none",route="auto",status="ok"} 1.0' in metrics
     assert 'switchyard_rejections_total{code="model_not_found"} 1.0' in metrics
     assert gw.ledger_rows() == []  # counting buys nothing: no ledger row
+
+
+def test_models_calls_leave_a_line(gw: RunningGateway, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="switchyard")
+    assert gw.get("/v1/models", headers=gw.headers()).status_code == 200
+    assert gw.get("/v1/models/nope-1", headers=gw.headers()).status_code == 404
+    lines = [ln for ln in _access_lines(caplog) if " endpoint=models " in ln]
+    assert [ln.split(" status=")[1].split()[0] for ln in lines] == ["200", "404"], lines
+    assert " model=nope-1 " in lines[1] and " error=model_not_found " in lines[1]
