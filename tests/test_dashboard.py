@@ -198,9 +198,12 @@ def _totals_on(page: Any) -> dict[str, str]:
 
 
 def _usd(value: Decimal) -> str:  # the page's own rounding (dashboard.js usd())
-    return (
-        "$0" if value == 0 else (f"${float(value):.3g}" if abs(value) < Decimal("0.01") else f"${value:.2f}")
-    )
+    if value == 0:
+        return "$0"
+    if abs(value) >= Decimal("0.01"):
+        return f"${value:,.2f}"
+    digits = f"{value:.3g}"  # three significant digits, written out without an exponent
+    return "$" + format(Decimal(digits), "f")
 
 
 def test_sign_in_form_in_headless_chromium(gateway: RunningGateway, caplog: pytest.LogCaptureFixture) -> None:
@@ -293,3 +296,42 @@ def test_sign_in_page_without_a_key(gateway: RunningGateway) -> None:
     form = gateway.get("/dashboard/login")
     assert form.status_code == 200 and "www-authenticate" not in form.headers and 'name="key"' in form.text
     assert gateway.get("/dashboard/login.css").status_code == 200  # styled before signing in
+
+
+def test_favicon_is_served_to_anyone(gateway: RunningGateway) -> None:
+    icon = gateway.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+    assert icon.text.startswith("<svg") and gateway.get("/dashboard/favicon.svg").status_code == 200
+
+
+def test_selects_apply_on_change_and_amounts_read_as_currency(gateway: RunningGateway) -> None:
+    """Choosing a window or a bucket reloads the panels with no Refresh click; amounts are
+    currency ($1,234.50, $0.000000100), never an exponent; the page's icon loads (no 404)."""
+    sync_api = _chromium_or_skip()
+    _traffic(gateway)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            context = browser.new_context(http_credentials={"username": "admin", "password": ADMIN_KEY})
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            failed: list[str] = []
+            page.on("response", lambda r: failed.append(r.url) if r.status >= 400 else None)
+            page.goto(gateway.url + "/dashboard")
+            page.wait_for_selector("body[data-ready]", timeout=15000)
+            with page.expect_request(lambda r: "since=7d" in r.url, timeout=15000):
+                page.select_option("#since", "7d")
+            with page.expect_request(lambda r: "bucket=hour" in r.url, timeout=15000):
+                page.select_option("#bucket", "hour")
+            page.wait_for_function(
+                "() => document.getElementById('status').textContent.startsWith('updated')"
+            )
+            formatted = page.evaluate("() => [usd(1e-7), usd(0.004567), usd(1234.5), usd(0), usd('0.0100')]")
+            totals = page.inner_text("#totals")
+            icon = page.evaluate("() => fetch('/favicon.ico').then(r => r.status)")
+        finally:
+            browser.close()
+    assert errors == [] and failed == [] and icon == 200
+    assert formatted == ["$0.000000100", "$0.00457", "$1,234.50", "$0", "$0.01"]
+    assert "e-" not in totals and "$" in totals

@@ -344,7 +344,8 @@ def test_a_body_that_completes_while_the_gateway_is_full_is_shed(tmp_path: Path,
         assert b"retry-after: 1" in answer.lower() and b'"code":"overloaded"' in answer
         slow.join(10)
         assert len(liar.requests) == 1
-        assert [x["status"] for x in gw.ledger_rows()] == ["ok"]
+        rows = sorted((x["status"], x["error_code"]) for x in gw.ledger_rows())
+        assert rows == [("error", "overloaded"), ("ok", None)]  # the shed one is visible too
     finally:
         sock.close()
         gw.stop()

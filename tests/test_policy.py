@@ -608,7 +608,7 @@ def test_cli_simulate_needs_no_provider_key_and_shows_the_classifier_decision() 
     out = json.loads(proc.stdout)
     assert out["simulated_keys_for"] == ["anthropic", "openai"]
     assert "no API key for anthropic, openai" in proc.stderr
-    assert [t["model"] for t in out["targets"]][:2] == ["gpt-5-mini", "claude-haiku-4-5"]
+    assert [t["model"] for t in out["targets"]][:2] == ["gpt-6-luna", "claude-haiku-5-5"]
     clf = out["classifier"]
     assert 0.0 <= clf["score"] <= 1.0 and clf["chosen_tier"] in ("strong", "cheap")
     expected = clf["strong"] if clf["score"] >= clf["threshold"] else clf["cheap"]
@@ -631,4 +631,4 @@ def test_cli_simulate_with_a_key_simulates_nothing() -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["simulated_keys_for"] == [] and out["skipped_providers_without_key"] == ["anthropic"]
-    assert [t["model"] for t in out["targets"]] == ["gpt-5-nano", "gpt-5-mini"]
+    assert [t["model"] for t in out["targets"]] == ["gpt-6-luna", "gpt-5-nano"]

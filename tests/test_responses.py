@@ -201,7 +201,10 @@ def test_untranslatable_fields_are_400_naming_the_field(client: Client, gateway:
     with pytest.raises(openai.BadRequestError) as err:
         c.responses.create(model="small", input="x", max_output_tokens=0)
     assert err.value.body["param"] == "max_output_tokens"  # type: ignore[index]
-    assert gateway.ledger_rows() == []  # refused at the door, as chat's wire validation is
+    rows = gateway.ledger_rows()  # refused at the door: a row each, with its error code, nothing served
+    assert [(r["http_status"], r["error_code"], r["served_model"]) for r in rows] == [
+        (400, "invalid_request_error", None)
+    ] * 4
 
 
 def test_stream_events_validate_and_meter(client: Client, gateway: RunningGateway) -> None:

@@ -35,6 +35,11 @@ def _configure_logging(level: str) -> None:
         logger.addHandler(handler)
         logger.setLevel(level.upper())
         logger.propagate = False
+        access = logging.getLogger("switchyard.access")  # own handler: no redacting scan (flow/access_log.py)
+        access_handler = logging.StreamHandler()
+        access_handler.setFormatter(handler.formatter)
+        access.addHandler(access_handler)
+        access.propagate = False
 
 
 def create_app(settings: Settings | None = None) -> AdmissionGate:

@@ -45,7 +45,7 @@ async def _messages(request: Request) -> Response:
 
 async def _count_tokens(request: Request) -> Response:
     svc, ex, data, headers = await admitted(request, CountTokensRequest)
-    count, out = await counting.count_tokens(svc, data, headers, ex)
+    count, out = await counting.counted(svc, data, headers, ex)
     return Response(orjson.dumps(count), headers=out, media_type="application/json")
 
 

@@ -27,8 +27,9 @@ from gateway.core.errors import (
     RequestTimeoutError,
     SwitchyardError,
 )
-from gateway.flow import admin, pipeline
+from gateway.flow import access_log, admin, pipeline
 from gateway.flow import completions as legacy
+from gateway.flow.access_log import endpoint_of
 from gateway.flow.adapters.chat import Chat
 from gateway.flow.exchange import Exchange
 from gateway.flow.reply import Reply
@@ -110,14 +111,22 @@ async def admitted(request: Request, wire: type[BaseModel]) -> Admitted:
     headers = wanted_headers(request.scope)
     ex = state.open(request, headers, svc)
     server = svc.policy.server
-    try:  # slow bodies cannot hold the slot
-        body = _json_body(request, server.max_body_bytes, headers.get("content-length"))
-        data = await state.body_deadlines.read(body, server.body_timeout_s)
-    except TimeoutError:
-        raise RequestTimeoutError(
-            f"The request body did not arrive within {server.body_timeout_s:g} seconds"
-        ) from None
-    validate(wire, data)
+    data: Any = None
+    try:
+        try:  # slow bodies cannot hold the slot
+            body = _json_body(request, server.max_body_bytes, headers.get("content-length"))
+            data = await state.body_deadlines.read(body, server.body_timeout_s)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"The request body did not arrive within {server.body_timeout_s:g} seconds"
+            ) from None
+        validate(wire, data)
+    except SwitchyardError as exc:  # refused at the door: its ledger row, metrics and log line
+        ex.endpoint = endpoint_of(request.url.path)
+        model = data.get("model") if isinstance(data, dict) else None
+        ex.requested = model if isinstance(model, str) else ""
+        await pipeline.failed(svc, ex, exc)
+        raise
     return svc, ex, data, headers
 
 
@@ -157,7 +166,19 @@ async def list_models(request: Request) -> Response:
         {"id": name, "object": "model", "created": created, "owned_by": owner}
         for name, owner in svc.router.visible_models(ex.principal)
     ]
+    _seen(svc, ex)
     return Response(orjson.dumps({"object": "list", "data": data}), media_type=JSON)
+
+
+def _seen(svc: Services, ex: Exchange, error: SwitchyardError | None = None) -> None:
+    """A models call's metric sample(s) and access-log line (no ledger row: nothing is bought)."""
+    ex.endpoint = "models"
+    if error is not None:
+        ex.status, ex.http_status, ex.error_code = "error", error.status, error.code or error.type
+        svc.metrics.rejections.labels(ex.error_code).inc()
+    svc.metrics.requests.labels("models", "", "none", "none", ex.status, "off").inc()
+    seconds = time.perf_counter() - ex.started
+    access_log.note(ex, None, seconds, enabled=svc.policy.server.access_log)
 
 
 @router.get("/v1/models/{model_id:path}", responses=ERROR_RESPONSES)
@@ -167,6 +188,7 @@ async def retrieve_model(request: Request, model_id: str) -> Response:
     state = state_of(request)
     svc = state.services
     ex = state.open(request, wanted_headers(request.scope), svc)
+    ex.requested = model_id
     owner = dict(svc.router.visible_models(ex.principal)).get(model_id)
     if owner is None:  # an alias: whatever kind its route serves, keys configured or not
         try:
@@ -175,9 +197,12 @@ async def retrieve_model(request: Request, model_id: str) -> Response:
         except NotConfiguredError:
             owner = "switchyard"
         except SwitchyardError:
-            raise NotFoundError(
+            error = NotFoundError(
                 f"The model '{model_id}' does not exist or you do not have access to it.", param="model"
-            ) from None
+            )
+            _seen(svc, ex, error)
+            raise error from None
+    _seen(svc, ex)
     body = {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": owner}
     return Response(orjson.dumps(body), media_type=JSON)
 

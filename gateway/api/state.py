@@ -15,6 +15,8 @@ from gateway.api.auth import authenticate
 from gateway.api.deadlines import BodyDeadlines
 from gateway.api.errors import REQUEST_ID
 from gateway.bootstrap import Gateway
+from gateway.core.errors import SwitchyardError
+from gateway.flow import access_log
 from gateway.flow.exchange import Exchange
 from gateway.flow.services import Services
 
@@ -56,7 +58,25 @@ class AppState:
         self.counter += 1
         request_id = f"req_{self.id_prefix}{self.counter:010x}"
         request.scope[REQUEST_ID] = request_id
-        principal = authenticate(headers, svc.policy, svc.keys)
+        try:
+            principal = authenticate(headers, svc.policy, svc.keys)
+        except SwitchyardError as exc:
+            unauthenticated(svc, request, request_id, exc, started)
+            raise
         cc = headers.get("cache-control")
         no_cache = bool(cc and ("no-cache" in cc or "no-store" in cc))
         return Exchange(request_id, principal, started, time.time(), no_cache=no_cache)
+
+
+def unauthenticated(
+    svc: Services, request: Request, request_id: str, exc: SwitchyardError, started: float
+) -> None:
+    """A request refused before it had a tenant (no key, a wrong key, the key store down): no
+    ledger row (it names no tenant), but its metric samples and its access-log line."""
+    endpoint = access_log.endpoint_of(request.url.path)
+    svc.metrics.rejections.labels(exc.code or exc.type).inc()
+    svc.metrics.requests.labels(endpoint, "", "none", "none", "error", "off").inc()
+    seconds = time.perf_counter() - started
+    access_log.refused(
+        request_id, endpoint, exc.status, exc.code, seconds, enabled=svc.policy.server.access_log
+    )

@@ -19,6 +19,9 @@ class ServerPolicy(_Strict):
     auth: Literal["keys", "none"] = "keys"
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     log_prompts: bool = False
+    # One INFO line per request (gateway/flow/access_log.py): id, tenant, route, models, status,
+    # error code, latency; never a key or a prompt.
+    access_log: bool = True
     # Requests in flight per worker (streams until they end); more get a fast 503 with
     # Retry-After (see api/overload.py). null: no limit.
     max_in_flight: int | None = Field(default=1024, gt=0)
@@ -81,7 +84,13 @@ class ProviderPolicy(_Strict):
     # routed here are passed through (body unchanged but ``model``, events relayed as sent)
     # instead of translated to chat. null: true for type openai on api.openai.com, else false
     # (vLLM and most OpenAI-compatible servers serve chat completions only).
+    # "auto" (or empty, as `${OPENAI_RESPONSES:-auto}` gives) is null.
     responses: bool | None = None
+
+    @field_validator("responses", mode="before")
+    @classmethod
+    def _responses_auto(cls, v: object) -> object:
+        return None if v in ("auto", "") else v
 
     @property
     def speaks_responses(self) -> bool:

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from gateway.core.ledger_row import LedgerRow, conversation_id
 from gateway.core.types import Price, RequestFacts, Target, Usage
+from gateway.flow import access_log
 from gateway.flow.error_log import server_errors
 from gateway.flow.exchange import Exchange
 from gateway.flow.services import Services
@@ -77,6 +78,7 @@ def _record(svc: Services, ex: Exchange) -> None:
     if svc.tracer is not None:
         svc.tracer.record(_facts(svc, ex, served, cost, baseline))
     ex.commit = svc.ledger.submit(_row(ex, served, cost, baseline, cause, total))
+    access_log.note(ex, served.model if served else None, total, enabled=svc.policy.server.access_log)
     if ex.http_status >= 500:
         server_errors.note(ex)
 

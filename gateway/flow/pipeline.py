@@ -159,9 +159,9 @@ async def reserve(svc: Services, plan: RoutePlan, body: dict[str, Any], ex: Exch
 async def failed(svc: Services, ex: Exchange, exc: SwitchyardError) -> None:
     """A request that ends in an error: redact the message, record the row, wait for it."""
     exc.message = redact(exc.message, svc.secrets)  # upstreams may echo our keys
-    ex.status, ex.http_status, ex.error_code = "error", exc.status, exc.code
+    ex.status, ex.http_status, ex.error_code = "error", exc.status, exc.code or exc.type
     if ex.target is None:  # refused before any upstream call
-        svc.metrics.rejections.labels(exc.code or str(exc.status)).inc()
+        svc.metrics.rejections.labels(ex.error_code).inc()
     record(svc, ex)  # every authenticated request gets its ledger row
     await durable(ex, None)
 

@@ -34,7 +34,13 @@ from gateway.ledger.sqlite import BUSY_TIMEOUT_MS, is_postgres_url, ledger_path,
 
 Dialect = Literal["sqlite", "postgres"]
 ZERO: Final = Decimal("0E-10")
-GROUP_SQL: Final[dict[str, str]] = {**DIM_SQL, "conversation": "conversation", "none": "'all'"}
+# Grouped from the raw rows only (no rollup keeps them): conversations, and the error code (a
+# failed row without one, such as a client gone, by its status; a row served well: none).
+RAW_GROUPS: Final = ("conversation", "error")
+_ERROR_SQL: Final = "COALESCE(error_code, CASE WHEN status = 'ok' THEN NULL ELSE status END)"
+GROUP_SQL: Final[dict[str, str]] = {
+    **DIM_SQL, "conversation": "conversation", "error": _ERROR_SQL, "none": "'all'"
+}  # fmt: skip
 ROLLUP_ROWS_VERSION: Final = 4  # the schema version that brought the rollups
 SPANS_VERSION: Final = 8  # ... and the conversation spans
 _BUCKET_SECONDS: Final = {"hour": 3600, "day": 86400}

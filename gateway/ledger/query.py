@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from gateway.ledger import conversations
-from gateway.ledger.db import GROUP_SQL, ZERO, LedgerDb, Window, open_db
+from gateway.ledger.db import GROUP_SQL, RAW_GROUPS, ZERO, LedgerDb, Window, open_db
 from gateway.ledger.rollup import decode, encode, hour_of
 from gateway.ledger.schema import ROLLUP_DAY, ROLLUP_DIMS, ROLLUP_HOUR, ROLLUP_MEASURES, TABLE
 
@@ -111,7 +111,7 @@ def grouped(
     groups only; rows without a conversation are left out). ``only``: the one group whose
     value is ``only`` (a rollup dimension)."""
     out: Grouped = {}
-    if group == "conversation" or not db.rollups:
+    if group in RAW_GROUPS or not db.rollups:
         extra, params = _only(db, group, only)
         _add(out, _raw(db, group, bucket, window, extra, params, top), decoded=False)
         return out

@@ -19,9 +19,9 @@ from typing import Any, Final, Literal, get_args
 from gateway.ledger.db import ZERO, LedgerDb, Window, open_db
 from gateway.ledger.query import grouped
 
-GroupBy = Literal["model", "route", "tenant", "provider", "key", "conversation"]
+GroupBy = Literal["model", "route", "tenant", "provider", "key", "conversation", "error"]
 GROUP_BY_CHOICES: Final[tuple[str, ...]] = get_args(GroupBy)
-Group = Literal["model", "route", "tenant", "provider", "key", "conversation", "cause", "none"]
+Group = Literal["model", "route", "tenant", "provider", "key", "conversation", "error", "cause", "none"]
 GROUPS: Final[tuple[str, ...]] = get_args(Group)
 Bucket = Literal["hour", "day", "month", "none"]
 BUCKETS: Final[tuple[str, ...]] = get_args(Bucket)

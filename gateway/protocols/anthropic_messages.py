@@ -47,7 +47,9 @@ class Block(_Open):
 
 
 class Message(_Open):
-    role: Literal["user", "assistant"]
+    # "system": a system message inside the conversation (Claude Code sends one after the
+    # first user turn); a chat upstream gets it as a system message in the same place.
+    role: Literal["user", "assistant", "system"]
     content: StrictStr | list[Block]
 
 
@@ -170,6 +172,8 @@ def _loose_text(content: Any) -> str:
 
 def _chat_messages(msg: dict[str, Any], where: str, dropped: list[str]) -> list[dict[str, Any]]:
     content = msg["content"]
+    if msg["role"] == "system":
+        return [{"role": "system", "content": fmt.system_to_chat(content, f"{where}.content", dropped)}]
     if isinstance(content, str):
         return [{"role": msg["role"], "content": content}]
     if msg["role"] == "assistant":

@@ -8,7 +8,10 @@ Translation decisions (Responses -> chat):
   message items with ``input_text``/``output_text``/``input_image`` parts, ``function_call``
   items (assistant ``tool_calls``), ``function_call_output`` items (``tool`` messages).
   ``instructions`` is the first system message; ``developer`` messages are sent as system.
-- ``tools`` of type function (and a ``namespace``'s function tools) -> chat tools;
+- ``tools`` of type function (and a ``namespace``'s function tools) -> chat tools; so are
+  the tools of an ``additional_tools`` input item (Codex sends its tools so for its default
+  models), a ``custom`` (free-form) tool as chat's ``custom`` tool; a ``configuration_update``
+  item has no place in chat and is named in ``x-switchyard-dropped``;
   ``tool_choice`` as chat spells it; ``text.format`` json_schema/json_object ->
   ``response_format``; ``reasoning.effort`` -> ``reasoning_effort``; ``max_output_tokens`` ->
   ``max_tokens``; ``temperature``, ``top_p``, ``parallel_tool_calls``, ``user``,
@@ -30,6 +33,13 @@ from gateway.protocols.ids import random_hex
 from gateway.protocols.openai_responses_wire import UNSUPPORTED
 
 Item = dict[str, Any]
+_PREFIX = {
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "reasoning": "rs",
+    "additional_tools": "at",
+    "configuration_update": "cu",
+}
 _DROPPED = ("truncation",)
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -58,8 +68,8 @@ def input_items(body: dict[str, Any]) -> list[Item]:
                 content = [text_part(part, content)]
             msg = {**item, "type": "message", "content": content, "id": item.get("id") or new_id("msg")}
             out.append({"status": "completed", **msg})
-        elif kind in ("function_call", "function_call_output", "reasoning"):
-            prefix = {"function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}[kind]
+        elif kind in _PREFIX:
+            prefix = _PREFIX[kind]
             out.append({"status": "completed", **item, "id": item.get("id") or new_id(prefix)})
         else:
             param = f"input[{i}].type"
@@ -95,6 +105,8 @@ def _check_item(item: Item, kind: Any, param: str) -> None:
             raise _bad(f"{param}.arguments", "expected a string")
     elif kind == "function_call_output":
         need = {"call_id": str, "output": (str, list)}
+    elif kind == "additional_tools":
+        need = {"tools": list}
     for name, types in need.items():
         if not isinstance(item.get(name), types):
             raise _bad(f"{param}.{name}")
@@ -125,12 +137,18 @@ def to_chat(body: dict[str, Any], items: list[Item], offset: int = 0) -> tuple[d
             raise BadRequestError(f"'{name}' is not supported by this gateway", param=name)
     dropped = [name for name in _DROPPED if body.get(name) not in (None, "disabled")]
     messages: list[Item] = []
+    tools: list[Item] = []
     if body.get("instructions"):
         messages.append({"role": "system", "content": body["instructions"]})
     for i, item in enumerate(items):
-        if item.get("type") == "reasoning":
-            if "reasoning" not in dropped:
-                dropped.append("reasoning")
+        kind = item.get("type")
+        if kind == "additional_tools":
+            param = f"input[{i - offset}].tools"
+            tools += [fn for j, t in enumerate(item["tools"]) for fn in _tools(t, f"{param}[{j}]")]
+            continue
+        if kind in ("reasoning", "configuration_update"):
+            if kind not in dropped:
+                dropped.append(kind)
             continue
         _add_item(messages, item, i - offset)
     if not messages:
@@ -152,7 +170,9 @@ def to_chat(body: dict[str, Any], items: list[Item], offset: int = 0) -> tuple[d
         if body.get(name) is not None:
             chat[name] = body[name]
     if body.get("tools"):
-        chat["tools"] = [fn for i, t in enumerate(body["tools"]) for fn in _tools(t, f"tools[{i}]")]
+        tools = [fn for i, t in enumerate(body["tools"]) for fn in _tools(t, f"tools[{i}]")] + tools
+    if tools:
+        chat["tools"] = tools
     if body.get("tool_choice") is not None:
         chat["tool_choice"] = _tool_choice(body["tool_choice"])
     fmt = _response_format((body.get("text") or {}).get("format"))
@@ -244,6 +264,9 @@ def namespaces(tools: Any) -> dict[str, str]:
 def _tool(tool: Any, param: str) -> Item:
     if not isinstance(tool, dict):
         raise _bad(param, "expected a tool object")
+    if tool.get("type") == "custom" and isinstance(tool.get("name"), str):
+        custom = {k: tool[k] for k in ("name", "description", "format") if tool.get(k) is not None}
+        return {"type": "custom", "custom": custom}
     if tool.get("type") != "function":
         kind = tool.get("type")
         raise BadRequestError(f"Built-in tools such as '{kind}' are not supported", param=f"{param}.type")

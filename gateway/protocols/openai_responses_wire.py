@@ -17,8 +17,15 @@ from gateway.core.errors import BadRequestError
 
 Number = Annotated[float, Field(strict=False)]
 UNSUPPORTED = ("background", "conversation", "prompt")
-ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
-TOOL_TYPES = ("function", "namespace")
+ITEM_TYPES = (
+    "message",
+    "function_call",
+    "function_call_output",
+    "reasoning",
+    "additional_tools",
+    "configuration_update",
+)
+TOOL_TYPES = ("function", "namespace", "custom")
 
 
 class _Open(BaseModel):
@@ -83,10 +90,30 @@ class FunctionTool(_Open):
     strict: StrictBool | None = None
 
 
+class CustomTool(_Open):
+    """A free-form tool (its input a string, optionally constrained by a grammar ``format``)."""
+
+    type: Literal["custom"]
+    name: Annotated[str, Field(strict=True, min_length=1, max_length=64)]
+    description: StrictStr | None = None
+    format: dict[str, Any] | None = None
+
+
 class NamespaceTool(_Open):
     type: Literal["namespace"]
     name: StrictStr
-    tools: list[FunctionTool]
+    tools: list[FunctionTool | CustomTool]
+
+
+class AdditionalTools(_Open):
+    """Tools sent as an input item (Codex does so for its default models)."""
+
+    type: Literal["additional_tools"]
+    tools: list[FunctionTool | CustomTool | NamespaceTool]
+
+
+class ConfigurationUpdate(_Open):
+    type: Literal["configuration_update"]
 
 
 class FunctionChoice(_Open):
@@ -118,7 +145,15 @@ class ReasoningConfig(_Open):
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
 
 
-InputItem = InputMessage | AssistantMessage | FunctionCall | FunctionCallOutput | Reasoning
+InputItem = (
+    InputMessage
+    | AssistantMessage
+    | FunctionCall
+    | FunctionCallOutput
+    | Reasoning
+    | AdditionalTools
+    | ConfigurationUpdate
+)
 # at least one item a chat upstream gets (reasoning items are not sent)
 _NOT_ONLY_REASONING: dict[str, Any] = {
     "contains": {
@@ -131,7 +166,7 @@ class ResponsesRequest(_Open):
     model: StrictStr
     input: StrictStr | Annotated[list[InputItem], Field(min_length=1, json_schema_extra=_NOT_ONLY_REASONING)]
     instructions: StrictStr | None = None
-    tools: list[FunctionTool | NamespaceTool] | None = None
+    tools: list[FunctionTool | CustomTool | NamespaceTool] | None = None
     tool_choice: Literal["auto", "none", "required"] | FunctionChoice | None = None
     stream: StrictBool | None = False
     store: StrictBool | None = True

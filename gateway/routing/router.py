@@ -12,6 +12,7 @@ from gateway.core.types import Price, Principal, Target
 from gateway.routing.plan import RoutePlan
 from gateway.routing.tiers import build_auto
 
+_SHOWN = 24  # names a 404 lists
 _ENV_HINT = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
@@ -93,9 +94,7 @@ class Router:
             model = self._alias(model)
             plan = self._plans.get(model)
         if plan is None:
-            raise NotFoundError(
-                f"The model '{model}' does not exist or is not served by this gateway", param="model"
-            )
+            raise NotFoundError(self._not_served(model, principal, kind), param="model")
         allowed = principal.allowed_models
         if allowed is not None and "*" not in allowed and model not in allowed:
             raise PermissionDeniedError(f"This key may not use the model '{model}'", param="model")
@@ -125,6 +124,18 @@ class Router:
             if fnmatchcase(model, pattern):
                 return name
         return model
+
+    def _not_served(self, model: str, principal: Principal, kind: str) -> str:
+        """A 404's message: what this key may call for ``kind`` (routes first) and the policy
+        line that would serve ``model``."""
+        names = [n for n, _ in self.visible_models(principal) if self._plans[n].kind == kind]
+        names.sort(key=lambda n: not self._plans[n].is_route)
+        more = f" (and {len(names) - _SHOWN} more)" if len(names) > _SHOWN else ""
+        shown = ", ".join(names[:_SHOWN]) + more
+        msg = f"The model '{model}' is not served by this gateway. Served {kind} models: {shown or 'none'}."
+        if names:
+            msg += f' To serve it, add to the policy\'s aliases: "{model}": {names[0]}'
+        return msg
 
     def visible_models(self, principal: Principal) -> list[tuple[str, str]]:
         """(id, owner) of every route/model this principal may call."""

@@ -11,11 +11,15 @@ function el(name, attrs, parent) {
   return node;
 }
 
+// Amounts as currency: cents from a cent up ($1,234.56), three significant digits below
+// ($0.000000100), never an exponent.
+const CENTS = new Intl.NumberFormat("en-US", { style: "currency", currency: "USD", minimumFractionDigits: 2, maximumFractionDigits: 2 });
+const SMALL = new Intl.NumberFormat("en-US", { style: "currency", currency: "USD", minimumSignificantDigits: 3, maximumSignificantDigits: 3 });
+
 function usd(value) {
   const n = Number(value);
   if (n === 0) return "$0";
-  if (Math.abs(n) < 0.01) return "$" + n.toPrecision(3);
-  return "$" + n.toFixed(2);
+  return Math.abs(n) < 0.01 ? SMALL.format(n) : CENTS.format(n);
 }
 
 async function api(path) {
@@ -208,4 +212,5 @@ async function refresh() {
 }
 
 document.getElementById("controls").addEventListener("submit", (e) => { e.preventDefault(); refresh(); });
+for (const id of ["since", "bucket"]) document.getElementById(id).addEventListener("change", refresh);
 refresh();
