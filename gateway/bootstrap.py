@@ -23,7 +23,9 @@ from gateway.config.loader import PolicyError, load_policy
 from gateway.config.policy import CachePolicy, Policy, ProviderPolicy
 from gateway.config.settings import Settings
 from gateway.core.ports import ExactCache, Ledger, Provider, Tracer
+from gateway.flow import learning
 from gateway.flow.services import Services, TaskOwner
+from gateway.ledger.feedback import FeedbackStore
 from gateway.ledger.open import open_ledger
 from gateway.ledger.responses import open_response_store
 from gateway.ledger.tokens import count_prompt_tokens
@@ -277,6 +279,8 @@ class Gateway:
         await asyncio.to_thread(svc.ledger.close)
         if svc.responses is not None:
             svc.responses.close()
+        if svc.feedback is not None:
+            svc.feedback.close()
         self._key_store.close()
 
 
@@ -360,12 +364,14 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
         tracer=_tracer(settings, policy),
         secrets=_secrets(policy),
         responses=open_response_store(settings.ledger_url, settings.home),
+        feedback=None if settings.ledger_url.strip() == "none" else FeedbackStore(settings.ledger_url),
     )
     _warn_unconfigured(policy)
     gateway = Gateway(services, key_store)
     semantic.start_warm(policy)  # loads the embedder only if a route uses it; /readyz 503 until then
     progress.phase = "started"
     tasks.daemon(engines.run(metrics.record_engine))  # engine /metrics probe (idle if none)
+    tasks.daemon(learning.sync(lambda: gateway.services))  # learned routes' shared evidence
     if settings.policy_watch_s > 0:
         tasks.daemon(gateway.watch_policy(settings.policy_watch_s))
     return gateway

@@ -218,6 +218,19 @@ class ClassifierPolicy(_Strict):
         return self
 
 
+class LearnPolicy(_Strict):
+    """A learned route (gateway/routing/learned.py): per (tenant, task), the target that holds
+    the route's quality at ``quality_target`` x the best single target's and every task at
+    ``task_floor`` x its best, at the least cost, learnt from the feedback on what it served."""
+
+    quality_target: float = Field(default=0.95, gt=0, le=1)
+    task_floor: float = Field(default=0.85, ge=0, le=1)
+    explore_share: float = Field(default=0.12, ge=0, le=0.5)  # of a task's requests
+    prior_strength: float = Field(default=2.0, gt=0)  # pseudo-observations of the catalog prior
+    sync_s: float = Field(default=10.0, gt=0)  # how often a replica re-reads the shared evidence
+    seed: int | None = None  # fixed draws (tests, simulations); None: random
+
+
 class RoutePolicy(_Strict):
     targets: list[TargetPolicy] = Field(min_length=1)
     baseline: str | None = None  # reference model for baseline cost; default: first target
@@ -234,6 +247,7 @@ class RoutePolicy(_Strict):
 
     tiers: TiersPolicy | None = None  # cheap / self_hosted / strong; then `targets` is derived
     classifier: ClassifierPolicy | None = None  # needs tiers
+    learn: LearnPolicy | None = None  # a learned route over the targets (no classifier)
 
     @model_validator(mode="before")
     @classmethod
@@ -247,6 +261,8 @@ class RoutePolicy(_Strict):
 
     @model_validator(mode="after")
     def _classifier_needs_tiers(self) -> RoutePolicy:
+        if self.learn is not None and (self.classifier is not None or len(self.targets) < 2):
+            raise ValueError("'learn' needs two targets or more and no 'classifier'")
         if self.classifier is not None and self.classifier.select == "cheapest":
             if len(self.targets) < 2:
                 raise ValueError("'classifier' with 'select: cheapest' needs two targets or more")

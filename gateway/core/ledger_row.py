@@ -57,3 +57,4 @@ class LedgerRow:
     savings_cause: str = "none"
     route_decision: str | None = None  # the router's choice, e.g. "weak" | "strong" | "spill"
     conversation: str | None = None  # conversation_id(): 16 hex digits, never the client's text
+    task: str | None = None  # RequestRecord.task(): the x-switchyard-task header or ``sys:<hash>``

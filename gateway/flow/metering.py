@@ -185,4 +185,5 @@ def _row(
         savings_cause=cause,
         route_decision=ex.route_decision,
         conversation=conversation_id(ex.conversation),
+        task=ex.task,
     )

@@ -24,7 +24,7 @@ from gateway.core.ports import Provider
 from gateway.core.redact import redact
 from gateway.core.request import RequestRecord
 from gateway.core.types import RawResult, Target
-from gateway.flow import caching
+from gateway.flow import caching, learning
 from gateway.flow.adapters.base import Inbound
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import durable, record
@@ -48,6 +48,7 @@ async def serve(svc: Services, inbound: Inbound, ex: Exchange) -> Reply:
     async with guarded(svc, ex):
         await inbound.prepare(ex)
         rec = inbound.record
+        ex.task = rec.task()
         plan = await admit(svc, rec, ex)
         ex.conversation = conversation_key(ex.principal.tenant, plan.name, rec.body, rec.conversation_hint)
         inbound.apply(plan.policy.params)
@@ -61,6 +62,7 @@ async def serve(svc: Services, inbound: Inbound, ex: Exchange) -> Reply:
             if sem is not None and sem.lookup.payload is not None:
                 return await caching.replay(svc, inbound, sem.lookup.payload, ex, "semantic_hit")
         plan = await classify(svc, plan, rec, ex)
+        plan = learning.choose(svc, plan, ex)  # a learned route: its target for (tenant, task)
         plan = await reserve(svc, plan, rec.body, ex)
         if rec.stream:
             return await open_stream(svc, plan, inbound, ex, key)

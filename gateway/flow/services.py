@@ -16,10 +16,20 @@ from typing import Any
 
 from gateway.config.policy import Policy
 from gateway.config.settings import Settings
-from gateway.core.ports import ExactCache, Ledger, Limits, Provider, ResponseStore, SemanticLookup, Tracer
+from gateway.core.ports import (
+    ExactCache,
+    Feedback,
+    Ledger,
+    Limits,
+    Provider,
+    ResponseStore,
+    SemanticLookup,
+    Tracer,
+)
 from gateway.limits.keys import KeyCache
 from gateway.routing.breaker import BreakerBoard
 from gateway.routing.engine_load import EngineBoard
+from gateway.routing.learned_routes import LearnedRoutes
 from gateway.routing.router import Router
 from gateway.routing.sticky import StickyConversations
 from gateway.telemetry.metrics import Metrics
@@ -87,3 +97,5 @@ class Services:
     secrets: tuple[str, ...] = field(default=(), repr=False)  # provider keys, for redaction
     responses: ResponseStore | None = None  # stored Responses API responses (previous_response_id)
     sticky: StickyConversations = field(default_factory=StickyConversations)
+    feedback: Feedback | None = None  # scores on served requests (POST /v1/feedback)
+    learned: LearnedRoutes = field(default_factory=LearnedRoutes)  # the learned routes' state

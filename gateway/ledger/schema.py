@@ -40,6 +40,11 @@ of 1e-10 USD (``cost_e10``) that SQL can sum exactly and fast.
       PostgreSQL (ts) INCLUDE (conversation, cost_usd, tenant)), replacing v5's: a tenant's
       top conversations (which the spans do not serve) and its reports' edge rows read the
       index alone instead of looking up every row of the window; no more indexes per insert
+  v11 ``task`` (``RequestRecord.task()``: the x-switchyard-task header or a fingerprint of the
+      system prompt and tool names; old rows keep NULL) and ``ledger_feedback`` (per served
+      request id: the tenant that owns it, a score in [0, 1], when and from where: ``api`` or
+      ``import``), joined to the ledger by request id for quality per route, task and model
+      (``ledger.feedback``) and the learned routes' estimates
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ from typing import Any, Final, Protocol
 from gateway.core.ledger_row import LedgerRow
 
 TABLE: Final = "ledger"
-SCHEMA_VERSION: Final = 10
+SCHEMA_VERSION: Final = 11
 COLUMNS: Final[tuple[str, ...]] = tuple(f.name for f in fields(LedgerRow))
 SQLITE_COLUMNS: Final = (*COLUMNS, "cost_e10", "baseline_e10")
 
@@ -216,6 +221,17 @@ def _v10(covering: str) -> tuple[str, ...]:
     )
 
 
+FEEDBACK_TABLE: Final = f"{TABLE}_feedback"
+
+
+def _v11(real: str, if_not: str) -> tuple[str, ...]:
+    return (
+        f"ALTER TABLE {TABLE} ADD COLUMN {if_not}task TEXT",
+        f"CREATE TABLE IF NOT EXISTS {FEEDBACK_TABLE} (request_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, "
+        f"score {real} NOT NULL, ts {real} NOT NULL, source TEXT NOT NULL)",
+    )
+
+
 SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     1: _v1("TEXT", "REAL", "INTEGER PRIMARY KEY"),
     2: (
@@ -245,6 +261,7 @@ SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     ),
     9: _v9("(conversation, ts, cost_e10)"),
     10: _v10("(ts, conversation, cost_e10, tenant)"),
+    11: _v11("REAL", ""),
 }
 
 POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -273,6 +290,7 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     ),
     9: (*_v9("(conversation, ts) INCLUDE (cost_usd)"), f"ALTER TABLE {SPAN_TABLE} SET (fillfactor = 80)"),
     10: _v10("(ts) INCLUDE (conversation, cost_usd, tenant)"),
+    11: _v11("DOUBLE PRECISION", "IF NOT EXISTS "),
 }
 
 MIGRATIONS_TABLE_SQL: Final = (

@@ -194,6 +194,7 @@ def row_params(row: LedgerRow) -> tuple[Param, ...]:
         row.savings_cause,
         row.route_decision,
         row.conversation,
+        row.task,
         money_e10(row.cost_usd),
         money_e10(row.baseline_cost_usd),
     )

@@ -163,4 +163,3 @@ class NativeEvents:
 
     def error(self, exc: Any) -> bytes:
         return frame("error", error_body(exc))
-
