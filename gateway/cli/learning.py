@@ -132,14 +132,12 @@ def cmd_eval_routing(args: argparse.Namespace) -> int:
     )
     print("| line | quality | vs best | cost USD | vs best |\n| --- | ---: | ---: | ---: | ---: |")
     for r in result["table"]:
-        print(
-            f"| {r['line']} | {r['quality']} | {r['quality_vs_best']} | {r['cost_usd']} | {r['cost_vs_best']} |"
-        )
+        cells = (r["line"], r["quality"], r["quality_vs_best"], r["cost_usd"], r["cost_vs_best"])
+        print("| " + " | ".join(map(str, cells)) + " |")
     worst = result["worst_task_vs_its_best"]
-    print(
-        f"explored {result['explored_share']:.1%} of requests ({result['explore_cost_vs_best']:.1%} of the best "
-        f"single model's cost); worst task with >= 100 requests: {worst['task']} at {worst['ratio']:.1%} of its best"
-    )
+    share, paid = result["explored_share"], result["explore_cost_vs_best"]
+    print(f"explored {share:.1%} of requests ({paid:.1%} of the best single model's cost)")
+    print(f"worst task with >= 100 requests: {worst['task']} at {worst['ratio']:.1%} of its best")
     return 0
 
 
