@@ -101,13 +101,38 @@ def baselines(stream: Stream) -> tuple[list[Line], str, dict[str, float]]:
         rows,
         [min(models, key=lambda m, r=r: (-r.scores[m], r.costs[m])) for r in rows],  # type: ignore[misc]
     )
+    route = route_oracle(stream, by_task, LearnSettings())
     lines = [
         Line(f"best single ({best})", *single[best]),
         Line(f"cheapest single at 95% ({cheap})", *single[cheap]),
         Line("per-task oracle (95% of each task's best)", *per_task),
         Line("per-prompt oracle", *per_prompt),
+        Line("route oracle (the learned route's rule on the true means)", *route),
     ]
     return lines, best, task_best
+
+
+def route_oracle(
+    stream: Stream, by_task: Mapping[str, list[Row]], settings: LearnSettings
+) -> tuple[float, float]:
+    """What the learned route's plan would do knowing every (task, model)'s true mean score and
+    cost: the same planner, fed the whole stream's outcomes as near-certain evidence."""
+    learner = Learner(stream.models, stream.price, stream.ability, settings)
+    big = 1e6
+    for t, trows in by_task.items():
+        state = learner.task(t)
+        state.requests = len(trows)
+        for m in stream.models:
+            arm = state.arms[m]
+            arm.n, arm.s = big, big * sum(r.scores[m] for r in trows) / len(trows)
+            arm.cost_n, arm.cost_sum = len(trows), sum(r.costs[m] for r in trows)
+    mix = learner.plan().mix
+    q = c = 0.0
+    for r in stream.rows:
+        for m, share in mix[r.task]:
+            q += share * r.scores[m]
+            c += share * r.costs[m]
+    return q / len(stream.rows), c
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-Z_PLAN: Final = 1.64  # one-sided confidence of the route's margin (about 95%)
+Z_PLAN: Final = 1.28  # one-sided confidence of the route's margin (about 90%)
 Z_EXPLORE: Final = 1.5  # upper bound used to decide whether a model could still matter
 
 
@@ -109,6 +109,10 @@ class Learner:
         self.tasks: dict[str, TaskState] = {}
         self._plan: Plan | None = None
         self._since_plan = 0
+        # Exploration's expected quality shortfall so far (sum over explored requests of
+        # q x the reference's estimate - the explored model's), which exploitation makes up.
+        self.deficit = 0.0
+        self.explored = 0
 
     # -- evidence ----------------------------------------------------------------------
     def task(self, name: str) -> TaskState:
@@ -210,8 +214,11 @@ class Learner:
         mean_sum = sum(p[0] for p in parts.values())
         var_sum = sum(p[1] for p in parts.values())
 
+        requests = sum(self.tasks[t].requests for t in names)
+        need = max(0.0, self.deficit / max(1, requests - self.explored))
+
         def lcb(mean: float, var: float) -> float:
-            return mean - s.z * math.sqrt(max(var, 0.0))
+            return mean - need - s.z * math.sqrt(max(var, 0.0))
 
         mix: dict[str, list[tuple[str, float]]] = {t: [(choice[t], 1.0)] for t in names}
         while True:
@@ -241,7 +248,7 @@ class Learner:
                 _, t, m, new = moves[0]
                 dm, dv = new[0] - parts[t][0], new[1] - parts[t][1]
                 m0, v0 = mean_sum, var_sum
-                f = _part(functools.partial(_shifted, s.z, m0, dm, v0, dv))
+                f = _part(functools.partial(_shifted, s.z, m0 - need, dm, v0, dv))
                 if f > 0.02:
                     mix[t] = [(m, f), (choice[t], 1.0 - f)]
                     mean_sum += f * (new[0] - parts[t][0])
@@ -261,6 +268,9 @@ class Learner:
         explore = self._explore(task, state, picked)
         if explore is not None:
             state.explored += 1
+            self.explored += 1
+            ref = self.estimate(task, plan.best_single).mean
+            self.deficit += self.settings.quality_target * ref - self.estimate(task, explore[0]).mean
             return Choice(explore[0], True, task, explore[1])
         return Choice(picked, False, task, "plan" if len(plan.mix[task]) == 1 else "mix")
 
@@ -269,8 +279,6 @@ class Learner:
         cold = [m for m in self.models if self._pooled(m)[0] < s.warmup and m != picked]
         if cold:  # warm-up: every model a few times over the route, the cheapest first
             return min(cold, key=lambda m: (self._pooled(m)[0], self.price[m])), "warm-up"
-        if state.explored >= 2 + s.explore_share * state.requests:
-            return None
         est = {e.model: e for e in self.estimates(task)}
         cur = est[picked]
         top = max(est.values(), key=lambda e: e.mean)
@@ -280,12 +288,16 @@ class Learner:
                 continue
             ucb = e.mean + Z_EXPLORE * e.sd
             if e.cost < cur.cost and ucb >= s.quality_target * cur.mean:
-                useful.append((0, e.n, e.cost, m, "bound"))  # could serve the task for less
+                useful.append((0, -ucb, e.cost, m, "bound"))  # could serve the task for less
             elif ucb > top.mean + Z_EXPLORE * top.sd * 0.5:
                 useful.append((1, e.n, e.cost, m, "best"))  # could be the task's best
         if not useful:
             return None
-        _, _, _, m, why = min(useful)
+        kind, _, _, m, why = min(useful)
+        # A cheaper candidate costs less than the plan's pick: it may take a larger share.
+        cap = s.explore_share * (2.5 if kind == 0 else 1.0)
+        if state.explored >= 2 + cap * state.requests:
+            return None
         return m, why
 
 
