@@ -115,7 +115,8 @@ def test_learner_picks_the_cheap_model_only_where_it_holds_quality() -> None:
         task = "ab"[i % 2]
         choice = learner.choose(task, rng)
         picks[task].append(choice.model)
-        learner.observe(task, choice.model, 1.0 if rng.random() < truth[(task, choice.model)] else 0.0)
+        score = 1.0 if rng.random() < truth[(task, choice.model)] else 0.0
+        learner.observe(task, choice.model, score, explore=choice.explore)
     assert picks["a"][-200:].count("cheap") > 150
     assert picks["b"][-200:].count("dear") > 180
 

@@ -53,7 +53,8 @@ async def post(svc: Services, tenant: str, data: Any) -> dict[str, Any]:
     if owner is None:
         raise NotFoundError(f"No request '{request_id}' of yours is in the ledger", param="request_id")
     if owner.route and owner.task and owner.model:
-        svc.learned.observe(owner.route, tenant, owner.task, owner.model, score)
+        explore = (owner.decision or "").startswith("explore:")
+        svc.learned.observe(owner.route, tenant, owner.task, owner.model, score, explore)
     return {"object": "feedback", "request_id": request_id, "score": score}
 
 

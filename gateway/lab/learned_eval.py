@@ -154,7 +154,7 @@ def replay(stream: Stream, settings: LearnSettings, seed: int = 0) -> Replay:
     for row in stream.rows:
         choice = learner.choose(row.task, rng)
         score, cost = row.scores[choice.model], row.costs[choice.model]
-        learner.observe(row.task, choice.model, score, cost)
+        learner.observe(row.task, choice.model, score, cost, choice.explore)
         q += score
         c += cost
         tq[row.task].append(score)

@@ -26,7 +26,7 @@ from gateway.ledger.schema import FEEDBACK_TABLE, TABLE
 from gateway.ledger.sqlite import connect, is_postgres_url, ledger_path, migrate
 
 T = TypeVar("T")
-_OWNER: Final = f"SELECT tenant, route, task, served_model FROM {TABLE} WHERE request_id = ?"
+_OWNER: Final = f"SELECT tenant, route, task, served_model, route_decision FROM {TABLE} WHERE request_id = ?"
 _UPSERT: Final = (
     f"INSERT INTO {FEEDBACK_TABLE} (request_id, tenant, score, ts, source) VALUES (?, ?, ?, ?, ?) "
     "ON CONFLICT (request_id) DO UPDATE SET score = excluded.score, ts = excluded.ts, "
@@ -47,6 +47,7 @@ class Owner:
     route: str | None
     task: str | None
     model: str | None
+    decision: str | None  # the ledger's route_decision (a learned route: explore:/exploit:<task>)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +113,8 @@ class FeedbackStore:
             if not found or (tenant is not None and found[0][0] != tenant):
                 return None
             self._rows(_UPSERT, (request_id, found[0][0], float(score), time.time(), source))
-            _, route, task, model = found[0]
-            return Owner(route, task, model)
+            _, route, task, model, decision = found[0]
+            return Owner(route, task, model, decision)
 
     async def submit(self, tenant: str, request_id: str, score: float) -> Owner | None:
         """``put`` on the worker thread; the loop only hands it over and awaits."""

@@ -34,8 +34,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-Z_PLAN: Final = 1.28  # one-sided confidence of the route's margin (about 90%)
-Z_EXPLORE: Final = 1.5  # upper bound used to decide whether a model could still matter
+from gateway.routing.learned_prior import fit, logit, sigmoid
+
+Z_PLAN: Final = 0.84  # one-sided confidence of the route's margin (about 80%)
+Z_EXPLORE: Final = 2.0  # upper bound used to decide whether a model could still matter
+PRIOR_LOW, PRIOR_SPAN = 0.45, 0.2  # the price-rank prior: cheapest 0.45 .. dearest 0.65
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +47,8 @@ class LearnSettings:
     task_floor: float = 0.85
     prior_strength: float = 2.0
     warmup: int = 3  # observations per model over the route before the bound-driven exploration
-    explore_share: float = 0.12  # of a task's requests (past two)
-    max_explore_obs: int = 40  # a model needs no more observations on a task than this
+    explore_share: float = 0.06  # of a task's requests (past two); 2.5x for cheaper candidates
+    max_explore_obs: int = 200  # a model needs no more observations on a task than this
     replan_every: int = 8  # observations between two plans (and at every new task)
     z: float = Z_PLAN
 
@@ -109,10 +112,11 @@ class Learner:
         self.tasks: dict[str, TaskState] = {}
         self._plan: Plan | None = None
         self._since_plan = 0
-        # Exploration's expected quality shortfall so far (sum over explored requests of
-        # q x the reference's estimate - the explored model's), which exploitation makes up.
+        # Exploration's quality shortfall so far (sum over explored requests with feedback of
+        # q x the reference's estimate - the score), which exploitation makes up.
         self.deficit = 0.0
         self.explored = 0
+        self._fitted: tuple[dict[str, float], dict[str, float]] | None = None
 
     # -- evidence ----------------------------------------------------------------------
     def task(self, name: str) -> TaskState:
@@ -122,8 +126,16 @@ class Learner:
             self._plan = None
         return state
 
-    def observe(self, task: str, model: str, score: float | None = None, cost: float | None = None) -> None:
-        """A served request's outcome (``score`` in [0, 1], None: no feedback yet) and cost."""
+    def observe(
+        self,
+        task: str,
+        model: str,
+        score: float | None = None,
+        cost: float | None = None,
+        explore: bool = False,
+    ) -> None:
+        """A served request's outcome (``score`` in [0, 1], None: no feedback yet) and cost;
+        ``explore``: the request explored (its shortfall is made up by the plan)."""
         arm = self.task(task).arms.get(model)
         if arm is None:
             return  # a model the route no longer has
@@ -134,6 +146,9 @@ class Learner:
             arm.n += 1.0
             arm.s += min(1.0, max(0.0, score))
             self._since_plan += 1
+            if explore and self._plan is not None:
+                ref = self.estimate(task, self._plan.best_single).mean
+                self.deficit += self.settings.quality_target * ref - min(1.0, max(0.0, score))
 
     def load(self, task: str, model: str, n: float, total: float, requests: int = 0) -> None:
         """Set a (task, model)'s evidence from the database (a rebuild or a replica's sync)."""
@@ -151,13 +166,24 @@ class Learner:
         the model did elsewhere and a task's own evidence takes over as it accumulates."""
         arm = self.task(task).arms[model]
         k = self.settings.prior_strength
-        gn, gs = self._pooled(model)
-        centre = (self.prior[model] * k + gs - arm.s) / (k + gn - arm.n)
+        centre = self._centre(task, model)
         a = centre * k + arm.s
         b = (1.0 - centre) * k + (arm.n - arm.s)
         mean = a / (a + b)
         var = a * b / ((a + b) ** 2 * (a + b + 1.0))
         return Estimate(model, mean, math.sqrt(var), arm.n, self._cost(task, model))
+
+    def _centre(self, task: str, model: str) -> float:
+        """The prior mean: the additive model's prediction (``learned_prior``), refitted at
+        every plan; before any fit, the catalog prior."""
+        if self._fitted is None:
+            return self.prior[model]
+        a, b = self._fitted
+        return sigmoid(a.get(model, logit(self.prior[model])) + b.get(task, 0.0))
+
+    def _refit(self) -> None:
+        cells = {(t, m): (arm.n, arm.s) for t, st in self.tasks.items() for m, arm in st.arms.items()}
+        self._fitted = fit(cells, self.prior, start=self._fitted)
 
     def _pooled(self, model: str) -> tuple[float, float]:
         n = s = 0.0
@@ -183,6 +209,7 @@ class Learner:
     # -- the plan ----------------------------------------------------------------------
     def plan(self) -> Plan:
         if self._plan is None or self._since_plan >= self.settings.replan_every:
+            self._refit()
             self._plan = self._make_plan()
             self._since_plan = 0
         return self._plan
@@ -269,8 +296,6 @@ class Learner:
         if explore is not None:
             state.explored += 1
             self.explored += 1
-            ref = self.estimate(task, plan.best_single).mean
-            self.deficit += self.settings.quality_target * ref - self.estimate(task, explore[0]).mean
             return Choice(explore[0], True, task, explore[1])
         return Choice(picked, False, task, "plan" if len(plan.mix[task]) == 1 else "mix")
 
@@ -345,5 +370,5 @@ def _prior_means(
             out[m] = min(0.98, max(0.02, float(ability[m])))
         else:
             rank = order.index(m) / max(1, len(order) - 1)
-            out[m] = 0.45 + 0.2 * rank
+            out[m] = PRIOR_LOW + PRIOR_SPAN * rank
     return out

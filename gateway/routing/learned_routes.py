@@ -80,10 +80,12 @@ class LearnedRoutes:
         rest = [t for t in plan.targets if t.model != choice.model]
         return Decision(replace(plan, targets=(*first, *rest)), choice)
 
-    def observe(self, route: str, tenant: str, task: str, model: str, score: float) -> None:
+    def observe(
+        self, route: str, tenant: str, task: str, model: str, score: float, explore: bool = False
+    ) -> None:
         found = self._learners.get((route, tenant))
         if found is not None:
-            found[2].observe(task, model, score)
+            found[2].observe(task, model, score, explore=explore)
 
     def load(
         self,
