@@ -2,27 +2,33 @@
 next, from the feedback on what was served (bandit feedback: only the served model's outcome is
 known), with a prior from the catalog (prices; abilities where known).
 
-The same code runs live (``flow/learned_route.py``) and offline (``lab/learned_eval.py``).
+The same code runs live (``flow/learning.py`` through ``learned_routes.py``) and offline
+(``lab/learned_eval.py``).
 
 Goal (``quality_target`` q, ``task_floor`` f): over the route's traffic, realised quality at
 least q x what the best single target would give on that traffic, and every task at least
 f x its own best target, at the least cost. The rule:
 
-* Each (task, model) has a Beta posterior over its mean score: a prior of ``prior_strength``
-  pseudo-observations centred on the catalog ability (else a guess from the price rank),
-  updated by the scores observed (fractional scores count fractionally).
+* Each (task, model) has a Beta posterior over its mean score. Its prior is centred on an
+  additive logit model fitted to every cell (``learned_prior.fit``: a model's strength plus a
+  task's ease, anchored on the catalog ability where known, else a guess from the price rank)
+  and is worth as many observations as the cells' spread around that model allows
+  (``learned_prior.strength``, at most ``prior_strength``); the task's own scores update it.
 * ``plan``: start every task on its best model (posterior mean), then move tasks to cheaper
   models, the most dollars saved per unit of quality lost first, while a *lower confidence
-  bound* of the route's margin over q x the best single model stays >= 0:
-  ``sum_t w_t (q_t(m_t) - q * q_t(m*)) - z * sqrt(sum_t w_t^2 Var(...)) >= 0`` (w_t: the
+  bound* of the route's margin over q x the best single model stays above what exploration
+  has cost in quality so far (``deficit``, made up by the exploited traffic):
+  ``sum_t w_t (q_t(m_t) - q * q_t(m*)) - z * sqrt(sum_t w_t^2 Var(...)) >= need`` (w_t: the
   task's share of the traffic, Var from the Beta posteriors). A move must also keep the task
   above f x its best at the same confidence. The last move that does not fit whole is taken in
   part: that task mixes two targets. The margin shrinks as evidence accumulates, so the rule
   is calibrated by what has been observed rather than a fixed 95% rule.
-* ``choose``: explore (bounded: at most ``explore_share`` of a task's requests past a short
-  warm-up of ``warmup`` per model) a model that could still change the plan (too few
-  observations, or an upper bound that could make it a cheaper substitute or the task's best),
-  the least observed first; otherwise exploit the plan. Exploration is paid like any request.
+* ``choose``: after a warm-up (``warmup`` observations per model over the route, and every
+  model cheaper than the plan's pick once on each task), explore a model that could still
+  change the plan: a cheaper one whose upper bound reaches f x the pick's mean (the most
+  promising first; up to 2.5 x ``explore_share`` of the task's requests), or one that could
+  be the task's best (up to ``explore_share``); none while the plan's bound is below zero (no
+  quality left to spend). Otherwise exploit the plan. Exploration is paid like any request.
 """
 
 from __future__ import annotations
@@ -34,9 +40,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from gateway.routing.learned_prior import fit, logit, sigmoid
+from gateway.routing.learned_prior import fit, logit, sigmoid, strength
 
-Z_PLAN: Final = 0.84  # one-sided confidence of the route's margin (about 80%)
+Z_PLAN: Final = 1.0  # one-sided confidence of the route's margin (about 84%)
 Z_EXPLORE: Final = 2.0  # upper bound used to decide whether a model could still matter
 PRIOR_LOW, PRIOR_SPAN = 0.45, 0.2  # the price-rank prior: cheapest 0.45 .. dearest 0.65
 
@@ -45,7 +51,7 @@ PRIOR_LOW, PRIOR_SPAN = 0.45, 0.2  # the price-rank prior: cheapest 0.45 .. dear
 class LearnSettings:
     quality_target: float = 0.95
     task_floor: float = 0.85
-    prior_strength: float = 2.0
+    prior_strength: float = 12.0  # most pseudo-observations the additive prior is worth
     warmup: int = 3  # observations per model over the route before the bound-driven exploration
     explore_share: float = 0.06  # of a task's requests (past two); 2.5x for cheaper candidates
     max_explore_obs: int = 200  # a model needs no more observations on a task than this
@@ -117,6 +123,7 @@ class Learner:
         self.deficit = 0.0
         self.explored = 0
         self._fitted: tuple[dict[str, float], dict[str, float]] | None = None
+        self._strength = self.settings.prior_strength
 
     # -- evidence ----------------------------------------------------------------------
     def task(self, name: str) -> TaskState:
@@ -165,7 +172,7 @@ class Learner:
         every task (itself starting from the catalog prior), so a new task starts from what
         the model did elsewhere and a task's own evidence takes over as it accumulates."""
         arm = self.task(task).arms[model]
-        k = self.settings.prior_strength
+        k = self._strength
         centre = self._centre(task, model)
         a = centre * k + arm.s
         b = (1.0 - centre) * k + (arm.n - arm.s)
@@ -184,6 +191,10 @@ class Learner:
     def _refit(self) -> None:
         cells = {(t, m): (arm.n, arm.s) for t, st in self.tasks.items() for m, arm in st.arms.items()}
         self._fitted = fit(cells, self.prior, start=self._fitted)
+        a, b = self._fitted
+        self._strength = strength(
+            cells, lambda t, m: sigmoid(a.get(m, 0.0) + b.get(t, 0.0)), self.settings.prior_strength
+        )
 
     def _pooled(self, model: str) -> tuple[float, float]:
         n = s = 0.0
@@ -292,18 +303,27 @@ class Learner:
             self._plan = None
             plan = self.plan()
         picked = _draw(plan.mix[task], rng)
-        explore = self._explore(task, state, picked)
+        # No quality left to spend (the plan's bound is below zero): exploit only.
+        explore = self._explore(task, state, picked, warm_only=plan.lcb_margin < 0)
         if explore is not None:
             state.explored += 1
             self.explored += 1
             return Choice(explore[0], True, task, explore[1])
         return Choice(picked, False, task, "plan" if len(plan.mix[task]) == 1 else "mix")
 
-    def _explore(self, task: str, state: TaskState, picked: str) -> tuple[str, str] | None:
+    def _explore(
+        self, task: str, state: TaskState, picked: str, warm_only: bool = False
+    ) -> tuple[str, str] | None:
         s = self.settings
         cold = [m for m in self.models if self._pooled(m)[0] < s.warmup and m != picked]
         if cold:  # warm-up: every model a few times over the route, the cheapest first
             return min(cold, key=lambda m: (self._pooled(m)[0], self.price[m])), "warm-up"
+        # every cheaper model once on each task: the prior alone never writes one off
+        unseen = [m for m in self.models if state.arms[m].n < 1 and self.price[m] < self.price[picked]]
+        if unseen:
+            return min(unseen, key=lambda m: self.price[m]), "warm-up"
+        if warm_only:
+            return None
         est = {e.model: e for e in self.estimates(task)}
         cur = est[picked]
         top = max(est.values(), key=lambda e: e.mean)
@@ -312,8 +332,8 @@ class Learner:
             if m == picked or e.n >= s.max_explore_obs:
                 continue
             ucb = e.mean + Z_EXPLORE * e.sd
-            if e.cost < cur.cost and ucb >= s.quality_target * cur.mean:
-                useful.append((0, -ucb, e.cost, m, "bound"))  # could serve the task for less
+            if e.cost < cur.cost and ucb >= s.task_floor * cur.mean:
+                useful.append((0, -(e.mean + e.sd), e.cost, m, "bound"))  # could serve the task for less
             elif ucb > top.mean + Z_EXPLORE * top.sd * 0.5:
                 useful.append((1, e.n, e.cost, m, "best"))  # could be the task's best
         if not useful:

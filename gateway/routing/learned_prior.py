@@ -8,7 +8,7 @@ steps over at most (tasks x models) cells."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 ANCHOR = 1.0  # the anchors' weight, in observations' terms (L2 on the logit scale)
 
@@ -59,3 +59,29 @@ def fit(
                 hess += n * p * (1 - p)
             b[t] += grad / hess
     return a, b
+
+
+def strength(
+    cells: Mapping[tuple[str, str], tuple[float, float]],
+    predict: Callable[[str, str], float],
+    most: float,
+    least: float = 1.0,
+) -> float:
+    """How many observations the additive prediction is worth (empirical Bayes): from how far
+    the cells with evidence sit from it beyond their sampling noise (``tau2``), the Beta
+    strength whose spread matches, ``p(1-p)/tau2 - 1``, within [``least``, ``most``]. A route
+    whose models are good or bad across the board trusts it; one whose models each shine on
+    their own tasks leans on each task's own evidence."""
+    excess = weight = 0.0
+    spread = 0.0
+    for (t, m), (n, s) in cells.items():
+        if n < 1:
+            continue
+        p = min(0.99, max(0.01, predict(t, m)))
+        excess += (s / n - p) ** 2 - p * (1 - p) / n  # each cell once: the spread of the cells
+        spread += p * (1 - p)
+        weight += 1
+    if weight == 0:
+        return most
+    tau2 = max(excess / weight, 1e-6)
+    return max(least, min(most, (spread / weight) / tau2 - 1.0))
