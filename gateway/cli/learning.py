@@ -153,6 +153,33 @@ def cmd_eval_routing_stream(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval_cascade(args: argparse.Namespace) -> int:
+    from gateway.lab.cascade_eval import evaluate
+    from gateway.routing.verify import CHECKS
+
+    checks = tuple(c.strip() for c in args.checks.split(",") if c.strip())
+    bad = [c for c in checks if c not in CHECKS]
+    if bad or not checks:
+        print(f"switchyard eval cascade: --checks takes {', '.join(CHECKS)}", file=sys.stderr)
+        return 2
+    data = Path(args.data)
+    if not data.is_file():
+        print(f"switchyard eval cascade: no file at {data}", file=sys.stderr)
+        return 1
+    result = evaluate(data, checks)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"{result['rows']} prompts; checks {', '.join(checks)}; escalated {result['escalated']:.1%}")
+    print("| line | quality | vs strong | cost USD | vs strong |\n| --- | ---: | ---: | ---: | ---: |")
+    for r in result["table"]:
+        cells = (r["line"], r["quality"], r["quality_vs_strong"], r["cost_usd"], r["cost_vs_strong"])
+        print("| " + " | ".join(map(str, cells)) + " |")
+    tpr, fpr = result["check_tpr"], result["check_fpr"]
+    print(f"the check flags {tpr:.1%} of the weak model's wrong answers and {fpr:.1%} of its right ones")
+    return 0
+
+
 def simulate_learned(plan: RoutePlan, policy: Any, tenant: str, task: str | None, url: str) -> dict[str, Any]:
     """The estimates behind a learned route's next choice for (tenant, task), from the ledger."""
     if task is None:
@@ -223,6 +250,11 @@ def register_eval(esub: Any) -> None:
     ev.add_argument("--seeds", type=int, default=3, help="orderings of the stream averaged")
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=cmd_eval_routing)
+    cas = esub.add_parser("cascade", help="the verifier cascade on answers with labels (gsm8k-dev)")
+    cas.add_argument("--data", default="../shared/data/routing/gsm8k-dev.jsonl")
+    cas.add_argument("--checks", default="math,refusal", help="comma-separated built-in checks")
+    cas.add_argument("--json", action="store_true")
+    cas.set_defaults(func=cmd_eval_cascade)
     st = esub.add_parser("routing-stream", help="build a labelled stream from the evaluation data")
     st.add_argument("--source", required=True, choices=["dcrouter", "mmlu-pro"])
     st.add_argument("--data", default="../shared/data/routing-multi", help="the routing-multi folder")
