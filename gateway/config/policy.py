@@ -231,6 +231,22 @@ class LearnPolicy(_Strict):
     seed: int | None = None  # fixed draws (tests, simulations); None: random
 
 
+class CascadePolicy(_Strict):
+    """A verifier cascade: the first target answers; when a check fails the next targets are
+    tried (gateway/routing/verify.py: json, schema, tool_calls, math, refusal; ``check``: a
+    plug-in ``module:function`` taking (completion, request) and returning a reason or None).
+    Streams are not cascaded (served by the route as usual; the header says so)."""
+
+    verify: list[Literal["json", "schema", "tool_calls", "math", "refusal"]] = Field(default_factory=list)
+    check: str | None = Field(default=None, pattern=r"^[\w.]+:[\w]+$")
+
+    @model_validator(mode="after")
+    def _something(self) -> CascadePolicy:
+        if not self.verify and self.check is None:
+            raise ValueError("'cascade' needs 'verify' checks or a 'check' plug-in")
+        return self
+
+
 class RoutePolicy(_Strict):
     targets: list[TargetPolicy] = Field(min_length=1)
     baseline: str | None = None  # reference model for baseline cost; default: first target
@@ -248,6 +264,7 @@ class RoutePolicy(_Strict):
     tiers: TiersPolicy | None = None  # cheap / self_hosted / strong; then `targets` is derived
     classifier: ClassifierPolicy | None = None  # needs tiers
     learn: LearnPolicy | None = None  # a learned route over the targets (no classifier)
+    cascade: CascadePolicy | None = None  # cheap first target, escalate when a check fails
 
     @model_validator(mode="before")
     @classmethod
@@ -263,6 +280,8 @@ class RoutePolicy(_Strict):
     def _classifier_needs_tiers(self) -> RoutePolicy:
         if self.learn is not None and (self.classifier is not None or len(self.targets) < 2):
             raise ValueError("'learn' needs two targets or more and no 'classifier'")
+        if self.cascade is not None and (len(self.targets) < 2 or self.learn or self.classifier):
+            raise ValueError("'cascade' needs two targets or more and neither 'learn' nor 'classifier'")
         if self.classifier is not None and self.classifier.select == "cheapest":
             if len(self.targets) < 2:
                 raise ValueError("'classifier' with 'select: cheapest' needs two targets or more")

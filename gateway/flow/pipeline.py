@@ -24,7 +24,7 @@ from gateway.core.ports import Provider
 from gateway.core.redact import redact
 from gateway.core.request import RequestRecord
 from gateway.core.types import RawResult, Target
-from gateway.flow import caching, learning
+from gateway.flow import caching, cascade, learning
 from gateway.flow.adapters.base import Inbound
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import durable, record
@@ -65,8 +65,9 @@ async def serve(svc: Services, inbound: Inbound, ex: Exchange) -> Reply:
         plan = learning.choose(svc, plan, ex)  # a learned route: its target for (tenant, task)
         plan = await reserve(svc, plan, rec.body, ex)
         if rec.stream:
+            cascade.declined(plan, ex)  # a cascade route serves streams as usual
             return await open_stream(svc, plan, inbound, ex, key)
-        answer = await attempt(svc, plan, ex, inbound.call)
+        answer = await cascade.answer(svc, plan, ex, inbound)  # attempt, or cheap-then-verify
         ex.usage = metered(svc, rec.body, answer.completion, ex, answer.usage)
         payload = await inbound.render(answer, ex)
         log_exchange(svc.policy, ex.request_id, ex.principal.tenant, rec.body, answer.completion)

@@ -42,6 +42,8 @@ def headers(ex: Exchange) -> dict[str, str]:
         out["x-switchyard-semantic-score"] = f"{ex.semantic.lookup.score:.3f}"
     if ex.plan is not None:
         out["x-switchyard-route"] = ex.plan.name
+    if ex.cascade is not None:
+        out["x-switchyard-cascade"] = ex.cascade
     if ex.target is not None:
         out["x-switchyard-model"] = ex.target.model
         out["x-switchyard-provider"] = ex.target.provider

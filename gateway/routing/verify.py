@@ -15,6 +15,8 @@ asked for) and returns None when it passes, else the reason it fails.
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
 import json
 import operator
 import re
@@ -169,6 +171,17 @@ def tool_calls(calls: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, 
         if not isinstance(args, dict):
             return f"the arguments of {fn.get('name')!r} are not a JSON object"
     return None
+
+
+@functools.cache
+def plugin(spec: str) -> Callable[[Mapping[str, Any], Mapping[str, Any]], str | None]:
+    """A plug-in check ``module:function``: (completion, request) -> the reason to escalate, or
+    None. Imported once."""
+    module, _, name = spec.partition(":")
+    fn = getattr(importlib.import_module(module), name, None)
+    if not callable(fn):
+        raise ValueError(f"cascade check {spec!r}: {name!r} is not a function of {module!r}")
+    return fn  # type: ignore[no-any-return]
 
 
 def _question(request: Mapping[str, Any]) -> str:
