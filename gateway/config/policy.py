@@ -247,6 +247,27 @@ class CascadePolicy(_Strict):
         return self
 
 
+class ShadowPolicy(_Strict):
+    """Shadow evaluation: a sampled ``share`` of the route's answered requests is also sent to
+    ``candidate`` (in the background, after the answer), and the served answer is judged by
+    the ``verify`` checks or by the ``judge`` model against the candidate's answer; the score
+    becomes the request's feedback. Shadow calls stop while their spend exceeds
+    ``max_spend_share`` of what the route spent; every shadow call is a ledger row."""
+
+    share: float = Field(default=0.05, gt=0, le=1)
+    max_spend_share: float = Field(default=0.1, gt=0, le=1)
+    candidate: str
+    judge: str | None = None
+    verify: list[Literal["json", "schema", "tool_calls", "math", "refusal"]] = Field(default_factory=list)
+    seed: int | None = None
+
+    @model_validator(mode="after")
+    def _judged(self) -> ShadowPolicy:
+        if self.judge is None and not self.verify:
+            raise ValueError("'shadow' needs a 'judge' model or 'verify' checks")
+        return self
+
+
 class RoutePolicy(_Strict):
     targets: list[TargetPolicy] = Field(min_length=1)
     baseline: str | None = None  # reference model for baseline cost; default: first target
@@ -265,6 +286,7 @@ class RoutePolicy(_Strict):
     classifier: ClassifierPolicy | None = None  # needs tiers
     learn: LearnPolicy | None = None  # a learned route over the targets (no classifier)
     cascade: CascadePolicy | None = None  # cheap first target, escalate when a check fails
+    shadow: ShadowPolicy | None = None  # sampled background judging that produces feedback
 
     @model_validator(mode="before")
     @classmethod
@@ -382,6 +404,10 @@ class Policy(_Strict):
                 errors.append((f"routes.{name}.targets", f"targets mix model kinds {sorted(kinds)}"))
             if route.baseline is not None and route.baseline not in self.models:
                 errors.append((f"routes.{name}.baseline", f"unknown model '{route.baseline}'"))
+            for part in ("candidate", "judge"):
+                named = getattr(route.shadow, part, None) if route.shadow is not None else None
+                if named is not None and named not in self.models:
+                    errors.append((f"routes.{name}.shadow.{part}", f"unknown model '{named}'"))
             spill = route.on_budget_exceeded.spill_to
             if spill is not None and spill not in self.models and spill not in self.routes:
                 where = f"routes.{name}.on_budget_exceeded.spill_to"

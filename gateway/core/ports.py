@@ -146,7 +146,9 @@ class FeedbackOutcome(Protocol):
 class Feedback(Protocol):
     """Scores on served requests, kept with the ledger (gateway/ledger/feedback.py)."""
 
-    async def submit(self, tenant: str, request_id: str, score: float) -> FeedbackOwner | None:
+    async def submit(
+        self, tenant: str, request_id: str, score: float, source: str = "api"
+    ) -> FeedbackOwner | None:
         """Store ``score`` for the tenant's request: what the request was (None: no such
         request of that tenant)."""
         ...

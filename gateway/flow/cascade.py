@@ -19,7 +19,7 @@ from gateway.core.errors import SwitchyardError
 from gateway.core.types import Usage
 from gateway.flow.adapters.base import Answer, Inbound
 from gateway.flow.exchange import Exchange
-from gateway.flow.metering import durable, record
+from gateway.flow.extra_rows import extra, settle
 from gateway.flow.services import Services
 from gateway.flow.upstream import attempt, metered
 from gateway.routing.plan import RoutePlan
@@ -76,24 +76,9 @@ def _verdict(names: Sequence[str], spec: str | None, got: Answer, body: dict[str
 async def _escalated_row(svc: Services, ex: Exchange, got: Answer, inbound: Inbound) -> None:
     """The cheap attempt's own ledger row (and its cost on the budgets); the exchange is reset
     for the escalation."""
-    first = Exchange(
-        f"{ex.request_id}-1", ex.principal, ex.started, ex.started_wall,
-        endpoint=ex.endpoint, requested=ex.requested, plan=ex.plan, task=ex.task,
-    )  # fmt: skip
+    first = extra(ex, "1", "cascade:escalated")
     first.target, first.attempts, first.upstream_seconds = ex.target, ex.attempts, ex.upstream_seconds
-    first.route_decision, first.cascade, first.zero_baseline = "cascade:escalated", "escalated", True
+    first.cascade = "escalated"
     first.usage = metered(svc, inbound.record.body, got.completion, first, got.usage)
-    if ex.plan is not None:
-        cand = svc.limits.candidate(
-            svc.policy, ex.plan.name, ex.plan.kind, ex.plan.policy, ex.plan.targets[:1]
-        )
-        try:
-            who = ex.principal
-            _, first.reservation = await svc.limits.reserve(
-                svc.policy, who.tenant, who.key_id, inbound.record.body, [cand]
-            )
-        except SwitchyardError:  # the budget is spent: the row still says what it cost
-            first.reservation = None
-    record(svc, first)
-    await durable(first, None)
+    await settle(svc, first, inbound.record.body)
     ex.attempts, ex.upstream_seconds, ex.target, ex.usage = 0, 0.0, None, Usage()

@@ -24,7 +24,7 @@ from gateway.core.ports import Provider
 from gateway.core.redact import redact
 from gateway.core.request import RequestRecord
 from gateway.core.types import RawResult, Target
-from gateway.flow import caching, cascade, learning
+from gateway.flow import caching, cascade, learning, shadow
 from gateway.flow.adapters.base import Inbound
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import durable, record
@@ -75,6 +75,7 @@ async def serve(svc: Services, inbound: Inbound, ex: Exchange) -> Reply:
             cached = inbound.cached(answer, ex.usage)
             if cached is not None:
                 caching.store(svc, plan, ex, key, cached)
+        shadow.maybe(svc, plan, inbound, ex, answer)  # a sampled background evaluation
     record(svc, ex)
     return await durable(ex, Reply(inbound.headers(ex), body=payload))
 

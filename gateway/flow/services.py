@@ -31,6 +31,7 @@ from gateway.routing.breaker import BreakerBoard
 from gateway.routing.engine_load import EngineBoard
 from gateway.routing.learned_routes import LearnedRoutes
 from gateway.routing.router import Router
+from gateway.routing.shadow_spend import ShadowSpend
 from gateway.routing.sticky import StickyConversations
 from gateway.telemetry.metrics import Metrics
 
@@ -99,3 +100,4 @@ class Services:
     sticky: StickyConversations = field(default_factory=StickyConversations)
     feedback: Feedback | None = None  # scores on served requests (POST /v1/feedback)
     learned: LearnedRoutes = field(default_factory=LearnedRoutes)  # the learned routes' state
+    shadow_spend: ShadowSpend = field(default_factory=ShadowSpend)  # shadow evaluations' spend cap

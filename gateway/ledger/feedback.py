@@ -116,9 +116,9 @@ class FeedbackStore:
             _, route, task, model, decision = found[0]
             return Owner(route, task, model, decision)
 
-    async def submit(self, tenant: str, request_id: str, score: float) -> Owner | None:
+    async def submit(self, tenant: str, request_id: str, score: float, source: str = "api") -> Owner | None:
         """``put`` on the worker thread; the loop only hands it over and awaits."""
-        return await self.call(lambda: self.put(tenant, request_id, score, "api"))
+        return await self.call(lambda: self.put(tenant, request_id, score, source))
 
     def call(self, fn: Callable[[], T]) -> asyncio.Future[T]:
         """Run blocking ``fn`` on the store's worker thread (from the event loop)."""
