@@ -18,8 +18,8 @@ from gateway.ledger.feedback import FeedbackStore
 from gateway.ledger.sqlite import connect, migrate
 from tests.pg_support import scratch_schema
 
-# ../shared/data beside the repository (SWITCHYARD_TEST_DATA names another place)
-DATA = Path(os.environ.get("SWITCHYARD_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+# ../shared/data beside the repository (SHARED_DATA_DIR names another place)
+DATA = Path(os.environ.get("SHARED_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
 DATA = DATA / "routing-multi"
 ROWS = [  # request_id, tenant, route, task, served_model, cost_usd
     ("r1", "acme", "learned", "sum", "small", "0.0010000000"),

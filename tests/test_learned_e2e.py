@@ -19,7 +19,7 @@ from gateway.lab.learned_streams import dcrouter
 from load_tests.mock_upstream import MockUpstream
 from tests.gateway_harness import start_gateway
 
-DATA = Path(os.environ.get("SWITCHYARD_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+DATA = Path(os.environ.get("SHARED_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
 PER_TASK = 100
 
 

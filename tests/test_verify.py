@@ -12,7 +12,7 @@ import pytest
 from gateway.cli import main
 from gateway.routing import verify
 
-DATA = Path(os.environ.get("SWITCHYARD_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+DATA = Path(os.environ.get("SHARED_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 def _completion(content: str = "", tool_calls: list[dict[str, object]] | None = None) -> dict[str, object]:
