@@ -234,3 +234,25 @@ def test_feedback_adds_under_a_millisecond_of_loop_work(tmp_path: Path) -> None:
     finally:
         store.close()
     assert statistics.median(costs) < 0.001, statistics.median(costs)
+
+
+def test_policy_simulate_shows_a_learned_routes_estimates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.gateway_harness import mock_policy
+
+    url = _sqlite_ledger(tmp_path / "ledger.db")
+    store = FeedbackStore(url)
+    try:
+        store.import_scores([("r1", 1.0), ("r2", 0.0)])
+    finally:
+        store.close()
+    policy = tmp_path / "p.yaml"
+    route = "  learned:\n    targets: [small, large]\n    learn: {quality_target: 0.9, seed: 3}\n"
+    policy.write_text(mock_policy("http://127.0.0.1:9").replace("routes:\n", "routes:\n" + route, 1))
+    args = ["policy", "simulate", str(policy), "--model", "learned", "--tenant", "acme", "--task", "sum"]
+    assert main([*args, "--ledger", url, "--json"]) == 0
+    learned = json.loads(capsys.readouterr().out)["learned"]
+    est = {e["model"]: e for e in learned["estimates"]}
+    assert est["small"]["n"] == 1 and est["large"]["n"] == 1 and all(0 < e["mean"] < 1 for e in est.values())
+    assert learned["next"]["decision"].split(":")[0] in ("explore", "exploit") and learned["plan"]

@@ -146,3 +146,17 @@ def test_learn_needs_two_targets(tmp_path: Path) -> None:
     path.write_text(text)
     with pytest.raises(PolicyError, match="learn"):
         load_policy(path)
+
+
+def test_tasks_beyond_the_cap_share_one_bucket() -> None:
+    """A system prompt that changes every request (a date in it) must not grow the plan."""
+    from gateway.routing.learned import MAX_TASKS, OTHER
+
+    learner = Learner(["cheap", "dear"], {"cheap": 1.0, "dear": 10.0})
+    rng = random.Random(0)
+    for i in range(MAX_TASKS + 50):
+        choice = learner.choose(f"sys:{i:016x}", rng)
+        learner.observe(f"sys:{i:016x}", choice.model, 1.0, explore=choice.explore)
+    assert len(learner.tasks) == MAX_TASKS + 1 and OTHER in learner.tasks
+    assert learner.tasks[OTHER].requests == 50
+    assert learner.choose("sys:new", rng).task == OTHER

@@ -194,7 +194,7 @@ def simulate_learned(plan: RoutePlan, policy: Any, tenant: str, task: str | None
         finally:
             store.close()
     estimates, learner = learned.estimates(plan, tenant, task)
-    mix = learner.plan().mix.get(task, [])
+    mix = learner.plan().mix.get(learner.name(task), [])
     decision = learned.decide(plan, tenant, task, abilities(policy))
     return {
         "task": task,

@@ -42,6 +42,8 @@ from typing import Final
 
 from gateway.routing.learned_prior import fit, logit, sigmoid, strength
 
+MAX_TASKS: Final = 200  # tasks a learner plans for; further ones share OTHER
+OTHER: Final = "(other)"
 Z_PLAN: Final = 1.0  # one-sided confidence of the route's margin (about 84%)
 Z_EXPLORE: Final = 2.0  # upper bound used to decide whether a model could still matter
 PRIOR_LOW, PRIOR_SPAN = 0.45, 0.2  # the price-rank prior: cheapest 0.45 .. dearest 0.65
@@ -126,7 +128,13 @@ class Learner:
         self._strength = self.settings.prior_strength
 
     # -- evidence ----------------------------------------------------------------------
+    def name(self, task: str) -> str:
+        """The task's own name, or ``OTHER`` once the learner holds ``MAX_TASKS`` tasks (a
+        system prompt that changes every request must not grow the plan without bound)."""
+        return task if task in self.tasks or len(self.tasks) < MAX_TASKS else OTHER
+
     def task(self, name: str) -> TaskState:
+        name = self.name(name)
         state = self.tasks.get(name)
         if state is None:
             state = self.tasks[name] = TaskState(arms={m: Arm() for m in self.models})
@@ -143,6 +151,7 @@ class Learner:
     ) -> None:
         """A served request's outcome (``score`` in [0, 1], None: no feedback yet) and cost;
         ``explore``: the request explored (its shortfall is made up by the plan)."""
+        task = self.name(task)
         arm = self.task(task).arms.get(model)
         if arm is None:
             return  # a model the route no longer has
@@ -159,6 +168,7 @@ class Learner:
 
     def load(self, task: str, model: str, n: float, total: float, requests: int = 0) -> None:
         """Set a (task, model)'s evidence from the database (a rebuild or a replica's sync)."""
+        task = self.name(task)
         state = self.task(task)
         arm = state.arms.get(model)
         if arm is not None:
@@ -171,6 +181,7 @@ class Learner:
         """The Beta posterior of ``model`` on ``task``: its prior is the model's record over
         every task (itself starting from the catalog prior), so a new task starts from what
         the model did elsewhere and a task's own evidence takes over as it accumulates."""
+        task = self.name(task)
         arm = self.task(task).arms[model]
         k = self._strength
         centre = self._centre(task, model)
@@ -296,6 +307,7 @@ class Learner:
 
     # -- the decision ------------------------------------------------------------------
     def choose(self, task: str, rng: random.Random) -> Choice:
+        task = self.name(task)
         state = self.task(task)
         state.requests += 1
         plan = self.plan()
