@@ -23,10 +23,12 @@ from gateway.config.loader import PolicyError, load_policy
 from gateway.config.policy import CachePolicy, Policy, ProviderPolicy
 from gateway.config.settings import Settings
 from gateway.core.ports import BatchUpstream, ExactCache, Ledger, Provider, Stickiness, Tracer
+from gateway.flow import learning
 from gateway.flow.batch_runner import BatchRunner
 from gateway.flow.services import Services, TaskOwner
 from gateway.ledger.batch_files import LocalFileStore
 from gateway.ledger.batches import open_batch_store
+from gateway.ledger.feedback import FeedbackStore
 from gateway.ledger.open import open_ledger
 from gateway.ledger.responses import open_response_store
 from gateway.ledger.tokens import count_prompt_tokens
@@ -319,6 +321,8 @@ class Gateway:
             svc.responses.close()
         if svc.batches is not None:
             svc.batches.close()
+        if svc.feedback is not None:
+            svc.feedback.close()
         self._key_store.close()
 
 
@@ -408,6 +412,7 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
         batches=open_batch_store(settings.ledger_url),  # tables of the ledger's migrations
         files=LocalFileStore(settings.home / "files"),
         batch_upstreams=_batch_upstreams(policy),
+        feedback=None if settings.ledger_url.strip() == "none" else FeedbackStore(settings.ledger_url),
     )
     _warn_unconfigured(policy)
     gateway = Gateway(services, key_store)
@@ -416,6 +421,7 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
     tasks.daemon(engines.run(metrics.record_engine))  # engine /metrics probe (idle if none)
     tasks.daemon(KeyWatch(key_store, services.keys, limits).run())  # key changes made elsewhere
     tasks.daemon(gateway.batch_runner.run())  # Batch API items (idle without open batches)
+    tasks.daemon(learning.sync(lambda: gateway.services))  # learned routes' shared evidence
     if settings.policy_watch_s > 0:
         tasks.daemon(gateway.watch_policy(settings.policy_watch_s))
     return gateway

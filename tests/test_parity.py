@@ -417,3 +417,22 @@ def test_equal_usage_costs_the_same(
     assert got == (words, REPLY_WORDS, 0, 0), row
     cost = (Decimal(words) * Decimal("0.15") + Decimal(REPLY_WORDS) * Decimal("0.60")) / MILLION
     assert Decimal(row["cost_usd"]) == cost.quantize(Decimal("1E-10")), row
+
+
+# --------------------------------------------------------------------------- the task
+def test_the_same_system_prompt_is_the_same_task(gw: RunningGateway, upstream: MockUpstream) -> None:
+    """A request's task (the ledger's ``task``, what feedback and learned routes group by) is
+    the fingerprint of its system prompt: the same whatever protocol carried it (a legacy
+    completion has no system prompt, so it has the empty prompt's task)."""
+    tasks: dict[tuple[str, bool], str] = {}
+    for cell in CELLS:
+        protocol, stream = cell.values
+        mark = marker(protocol, stream)
+        system = None if protocol == "completions" else SYSTEM
+        r = send(gw, protocol, request(protocol, "plain", Ask(f"Summarise the notes {mark}", system), stream))
+        assert_served(protocol, r, stream)
+        tasks[(protocol, stream)] = ledger_row(gw, r)["task"]
+    with_system = {t for (p, _), t in tasks.items() if p != "completions"}
+    without = {t for (p, _), t in tasks.items() if p == "completions"}
+    assert len(with_system) == 1 and len(without) == 1 and with_system != without, tasks
+    assert next(iter(with_system)).startswith("sys:")

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from gateway import __version__, bootstrap
-from gateway.api import admin, batches, dashboard, messages, responses
+from gateway.api import admin, batches, dashboard, feedback, messages, responses
 from gateway.api.errors import install_error_handlers
 from gateway.api.fastpath import FastPath
 from gateway.api.overload import AdmissionGate
@@ -88,6 +88,7 @@ def create_app(settings: Settings | None = None) -> AdmissionGate:
     app.include_router(batches.router)  # before messages: /v1/messages/batches is its own
     app.include_router(messages.router)
     app.include_router(responses.router)
+    app.include_router(feedback.router)
     gate = AdmissionGate(
         FastPath(
             app, {**HOT_ROUTES, **messages.HOT_ROUTES, **responses.HOT_ROUTES} if settings.fastpath else {}

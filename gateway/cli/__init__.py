@@ -7,6 +7,7 @@
     train semcache                  gateway.cli.semcache
     models build                    gateway.cli.models
     eval router | semcache          gateway.cli.router, gateway.cli.semcache
+    feedback, tasks, eval routing   gateway.cli.learning
     engine ...                      any installed ``switchyard.commands`` entry point
                                     (this distribution's: ``engine = engine.cli:register``)
 
@@ -23,7 +24,7 @@ from typing import Any
 
 from gateway import __version__
 from gateway.cache.model_errors import ModelUnavailable
-from gateway.cli import admin, models, policy, router, semcache, serve
+from gateway.cli import admin, learning, models, policy, router, semcache, serve
 from gateway.cli.extras import missing_extra
 from gateway.config.settings import SettingsError
 
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     router.register(sub)  # `train router`, `router score`
     semcache.register_train(sub)  # `train semcache` (after `train router`: same group)
     models.register(sub)  # `models build`
+    learning.register(sub)  # `feedback import | quality`, `tasks`
     register_plugins(sub)  # `engine ...`
 
     evaluation = sub.add_parser("eval", help="evaluate the semantic cache or the router on labelled data")
@@ -64,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Each feature module registers its own `eval` subcommand on `esub` (one line each below).
     router.register_eval(esub)  # `eval router`
     semcache.register_eval(esub)  # `eval semcache`
+    learning.register_eval(esub)  # `eval routing`, `eval routing-stream`
     evaluation.set_defaults(func=_help_of(evaluation))
     return parser
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from gateway.config.loader import PolicyError, load_policy
 from gateway.config.policy import Policy
+from gateway.config.settings import Settings
 from gateway.core.errors import NotConfiguredError, SwitchyardError
 from gateway.core.types import Principal
 from gateway.routing.params import apply_params
@@ -111,6 +112,11 @@ def cmd_policy_simulate(args: argparse.Namespace) -> int:
             plan.auto.low_tier: [t.model for t in plan.auto.low_first.targets],
             **_tier_decision(plan.auto, body, args.embedder),
         }
+    if plan.policy.learn is not None:  # a learned route: the estimates behind its next choice
+        from gateway.cli.learning import simulate_learned
+
+        url = str(args.ledger or Settings.from_env().ledger_url)
+        result["learned"] = simulate_learned(plan, policy, args.tenant, args.task, url)
     if keyless:
         note = f"note: no API key for {', '.join(keyless)} here; simulated as if each had one"
         print(note, file=sys.stderr)
@@ -184,6 +190,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--body", default=None, help="request parameters as JSON, e.g. '{\"temperature\": 2}'"
     )
     simulate.add_argument("--json", action="store_true", help="print one JSON object")
+    simulate.add_argument("--task", default=None, help="learned routes: the task whose estimates to show")
+    simulate.add_argument(
+        "--ledger", default=None, help="learned routes: ledger URL (default: SWITCHYARD_LEDGER)"
+    )
     simulate.add_argument(
         "--embedder", default="auto", choices=["auto", "onnx", "torch"],
         help="select: cheapest routes with a --body: the backend that embeds the prompt",

@@ -266,6 +266,56 @@ class BatchesPolicy(_Strict):
     )  # lane provider: the provider's batch read this often
 
 
+class LearnPolicy(_Strict):
+    """A learned route (gateway/routing/learned.py): per (tenant, task), the target that holds
+    the route's quality at ``quality_target`` x the best single target's and every task at
+    ``task_floor`` x its best, at the least cost, learnt from the feedback on what it served."""
+
+    quality_target: float = Field(default=0.95, gt=0, le=1)
+    task_floor: float = Field(default=0.85, ge=0, le=1)
+    explore_share: float = Field(default=0.06, ge=0, le=0.4)  # of a task's requests
+    prior_strength: float = Field(default=12.0, gt=0)  # most pseudo-observations the prior is worth
+    sync_s: float = Field(default=10.0, gt=0)  # how often a replica re-reads the shared evidence
+    seed: int | None = None  # fixed draws (tests, simulations); None: random
+
+
+class CascadePolicy(_Strict):
+    """A verifier cascade: the first target answers; when a check fails the next targets are
+    tried (gateway/routing/verify.py: json, schema, tool_calls, math, refusal; ``check``: a
+    plug-in ``module:function`` taking (completion, request) and returning a reason or None).
+    Streams are not cascaded (served by the route as usual; the header says so)."""
+
+    verify: list[Literal["json", "schema", "tool_calls", "math", "refusal"]] = Field(default_factory=list)
+    check: str | None = Field(default=None, pattern=r"^[\w.]+:[\w]+$")
+
+    @model_validator(mode="after")
+    def _something(self) -> CascadePolicy:
+        if not self.verify and self.check is None:
+            raise ValueError("'cascade' needs 'verify' checks or a 'check' plug-in")
+        return self
+
+
+class ShadowPolicy(_Strict):
+    """Shadow evaluation: a sampled ``share`` of the route's answered requests is also sent to
+    ``candidate`` (in the background, after the answer), and the served answer is judged by
+    the ``verify`` checks or by the ``judge`` model against the candidate's answer; the score
+    becomes the request's feedback. Shadow calls stop while their spend exceeds
+    ``max_spend_share`` of what the route spent; every shadow call is a ledger row."""
+
+    share: float = Field(default=0.05, gt=0, le=1)
+    max_spend_share: float = Field(default=0.1, gt=0, le=1)
+    candidate: str
+    judge: str | None = None
+    verify: list[Literal["json", "schema", "tool_calls", "math", "refusal"]] = Field(default_factory=list)
+    seed: int | None = None
+
+    @model_validator(mode="after")
+    def _judged(self) -> ShadowPolicy:
+        if self.judge is None and not self.verify:
+            raise ValueError("'shadow' needs a 'judge' model or 'verify' checks")
+        return self
+
+
 class RoutePolicy(_Strict):
     targets: list[TargetPolicy] = Field(min_length=1)
     baseline: str | None = None  # reference model for baseline cost; default: first target
@@ -284,6 +334,9 @@ class RoutePolicy(_Strict):
     classifier: ClassifierPolicy | None = None  # needs tiers
     batch: RouteBatchPolicy = Field(default_factory=RouteBatchPolicy)  # Batch API items
     compression: CompressionPolicy = Field(default_factory=CompressionPolicy)
+    learn: LearnPolicy | None = None  # a learned route over the targets (no classifier)
+    cascade: CascadePolicy | None = None  # cheap first target, escalate when a check fails
+    shadow: ShadowPolicy | None = None  # sampled background judging that produces feedback
 
     @model_validator(mode="before")
     @classmethod
@@ -297,6 +350,10 @@ class RoutePolicy(_Strict):
 
     @model_validator(mode="after")
     def _classifier_needs_tiers(self) -> RoutePolicy:
+        if self.learn is not None and (self.classifier is not None or len(self.targets) < 2):
+            raise ValueError("'learn' needs two targets or more and no 'classifier'")
+        if self.cascade is not None and (len(self.targets) < 2 or self.learn or self.classifier):
+            raise ValueError("'cascade' needs two targets or more and neither 'learn' nor 'classifier'")
         if self.classifier is not None and self.classifier.select == "cheapest":
             if len(self.targets) < 2:
                 raise ValueError("'classifier' with 'select: cheapest' needs two targets or more")
@@ -398,6 +455,10 @@ class Policy(_Strict):
                 errors.append((f"routes.{name}.targets", f"targets mix model kinds {sorted(kinds)}"))
             if route.baseline is not None and route.baseline not in self.models:
                 errors.append((f"routes.{name}.baseline", f"unknown model '{route.baseline}'"))
+            for part in ("candidate", "judge"):
+                named = getattr(route.shadow, part, None) if route.shadow is not None else None
+                if named is not None and named not in self.models:
+                    errors.append((f"routes.{name}.shadow.{part}", f"unknown model '{named}'"))
             spill = route.on_budget_exceeded.spill_to
             if spill is not None and spill not in self.models and spill not in self.routes:
                 where = f"routes.{name}.on_budget_exceeded.spill_to"

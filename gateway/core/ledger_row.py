@@ -61,3 +61,4 @@ class LedgerRow:
     conversation: str | None = None  # conversation_id(): 16 hex digits, never the client's text
     batch_id: str | None = None  # the batch this request was an item of (docs/batch.md)
     compressed_tokens: int | None = None  # prompt tokens compression saved (None: off on the route)
+    task: str | None = None  # RequestRecord.task(): the x-switchyard-task header or ``sys:<hash>``

@@ -129,6 +129,59 @@ class Ledger(Protocol):
     def close(self, timeout: float = 10.0) -> None: ...
 
 
+class FeedbackOutcome(Protocol):
+    """One (tenant, task, served model)'s feedback over a route: how many scores, their sum."""
+
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def n(self) -> int: ...
+    @property
+    def total(self) -> float: ...
+
+
+class Feedback(Protocol):
+    """Scores on served requests, kept with the ledger (gateway/ledger/feedback.py)."""
+
+    async def submit(
+        self, tenant: str, request_id: str, score: float, source: str = "api"
+    ) -> FeedbackOwner | None:
+        """Store ``score`` for the tenant's request: what the request was (None: no such
+        request of that tenant)."""
+        ...
+
+    def outcomes(self, route: str) -> Sequence[FeedbackOutcome]:
+        """Blocking: call it off the loop."""
+        ...
+
+    def requests_per_task(self, route: str) -> dict[tuple[str, str], int]:
+        """Blocking: served requests per (tenant, task) of ``route``."""
+        ...
+
+    def call(self, fn: Callable[[], Any]) -> Awaitable[Any]:
+        """Run blocking ``fn`` on the store's worker thread."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class FeedbackOwner(Protocol):
+    """The ledger facts of a request that received feedback."""
+
+    @property
+    def route(self) -> str | None: ...
+    @property
+    def task(self) -> str | None: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def decision(self) -> str | None: ...
+
+
 class SemanticMatch(Protocol):
     """The best cached neighbour of a lookup (``payload`` set only on a hit)."""
 

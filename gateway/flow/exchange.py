@@ -37,6 +37,9 @@ class Exchange:
     embedding: object = None  # vector of the last user message (shared with the classifier)
     reservation: Reservation | None = None  # what the budgets hold for this request
     conversation: str | None = None  # routing/sticky.py: keeps its model while it serves
+    task: str | None = None  # RequestRecord.task(), for the ledger row and the learned routes
+    cascade: str | None = None  # a cascade route: "accepted" | "escalated" | "declined-stream"
+    zero_baseline: bool = False  # an escalated cascade attempt: it saved nothing (baseline 0)
     # the attempts
     target: Target | None = None  # the target answering (or last tried)
     origin: tuple[str, str] | None = None  # a cache hit: (model, provider) that produced it

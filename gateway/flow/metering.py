@@ -95,6 +95,8 @@ async def durable(ex: Exchange, reply: _R) -> _R:
 
 def _baseline(ex: Exchange, output_expected: bool) -> Decimal | None:
     """What the route's reference model would have cost for the same tokens (no cache discount)."""
+    if ex.zero_baseline:
+        return ZERO  # a cascade's escalated attempt: its whole cost is extra
     if ex.plan is None or ex.plan.baseline is None:
         return None
     usage = Usage(ex.usage.input_tokens, ex.usage.output_tokens)
@@ -188,4 +190,5 @@ def _row(
         route_decision=ex.route_decision,
         conversation=conversation_id(ex.conversation),
         compressed_tokens=ex.compressed_tokens,
+        task=ex.task,
     )

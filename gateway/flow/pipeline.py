@@ -24,7 +24,7 @@ from gateway.core.ports import Provider
 from gateway.core.redact import redact
 from gateway.core.request import RequestRecord
 from gateway.core.types import RawResult, Target
-from gateway.flow import caching, compress
+from gateway.flow import caching, cascade, compress, learning, shadow
 from gateway.flow.adapters.base import Inbound
 from gateway.flow.exchange import Exchange
 from gateway.flow.metering import durable, record
@@ -48,6 +48,7 @@ async def serve(svc: Services, inbound: Inbound, ex: Exchange) -> Reply:
     async with guarded(svc, ex):
         await inbound.prepare(ex)
         rec = inbound.record
+        ex.task = rec.task()
         plan = await admit(svc, rec, ex)
         rec = compress.step(inbound, plan, ex)  # the route's prompt compression, wire and record
         ex.conversation = conversation_key(ex.principal.tenant, plan.name, rec.body, rec.conversation_hint)
@@ -62,10 +63,12 @@ async def serve(svc: Services, inbound: Inbound, ex: Exchange) -> Reply:
             if sem is not None and sem.lookup.payload is not None:
                 return await caching.replay(svc, inbound, sem.lookup.payload, ex, "semantic_hit")
         plan = await classify(svc, plan, rec, ex)
+        plan = learning.choose(svc, plan, ex)  # a learned route: its target for (tenant, task)
         plan = await reserve(svc, plan, rec.body, ex)
         if rec.stream:
+            cascade.declined(plan, ex)  # a cascade route serves streams as usual
             return await open_stream(svc, plan, inbound, ex, key)
-        answer = await attempt(svc, plan, ex, inbound.call)
+        answer = await cascade.answer(svc, plan, ex, inbound)  # attempt, or cheap-then-verify
         ex.usage = metered(svc, rec.body, answer.completion, ex, answer.usage)
         payload = await inbound.render(answer, ex)
         log_exchange(svc.policy, ex.request_id, ex.principal.tenant, rec.body, answer.completion)
@@ -73,6 +76,7 @@ async def serve(svc: Services, inbound: Inbound, ex: Exchange) -> Reply:
             cached = inbound.cached(answer, ex.usage)
             if cached is not None:
                 caching.store(svc, plan, ex, key, cached)
+        shadow.maybe(svc, plan, inbound, ex, answer)  # a sampled background evaluation
     record(svc, ex)
     return await durable(ex, Reply(inbound.headers(ex), body=payload))
 

@@ -44,6 +44,8 @@ def headers(ex: Exchange) -> dict[str, str]:
         out["x-switchyard-route"] = ex.plan.name
     if ex.compressed_tokens is not None:
         out["x-switchyard-compressed-tokens"] = str(ex.compressed_tokens)
+    if ex.cascade is not None:
+        out["x-switchyard-cascade"] = ex.cascade
     if ex.target is not None:
         out["x-switchyard-model"] = ex.target.model
         out["x-switchyard-provider"] = ex.target.provider

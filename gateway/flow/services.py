@@ -21,6 +21,7 @@ from gateway.core.ports import (
     BatchStore,
     BatchUpstream,
     ExactCache,
+    Feedback,
     FileStore,
     Ledger,
     Limits,
@@ -33,7 +34,9 @@ from gateway.core.ports import (
 from gateway.limits.keys import KeyCache
 from gateway.routing.breaker import BreakerBoard
 from gateway.routing.engine_load import EngineBoard
+from gateway.routing.learned_routes import LearnedRoutes
 from gateway.routing.router import Router
+from gateway.routing.shadow_spend import ShadowSpend
 from gateway.routing.sticky import StickyConversations
 from gateway.telemetry.metrics import Metrics
 
@@ -104,3 +107,6 @@ class Services:
     files: FileStore | None = None  # the Files API's files
     batch_upstreams: Mapping[str, BatchUpstream] = field(default_factory=dict)  # providers' batch APIs
     batch_holds: BatchHolds = field(default_factory=BatchHolds)  # budgets held for batch items
+    feedback: Feedback | None = None  # scores on served requests (POST /v1/feedback)
+    learned: LearnedRoutes = field(default_factory=LearnedRoutes)  # the learned routes' state
+    shadow_spend: ShadowSpend = field(default_factory=ShadowSpend)  # shadow evaluations' spend cap

@@ -40,12 +40,19 @@ of 1e-10 USD (``cost_e10``) that SQL can sum exactly and fast.
       PostgreSQL (ts) INCLUDE (conversation, cost_usd, tenant)), replacing v5's: a tenant's
       top conversations (which the spans do not serve) and its reports' edge rows read the
       index alone instead of looking up every row of the window; no more indexes per insert
-  v11 ``batch_id`` (the batch a row was an item of; NULL otherwise), ``compressed_tokens`` (the
+  v11 ``stored_responses`` (PostgreSQL: the Responses API's stored responses, created at
+      start-up under the migrations' lock; SQLite keeps them in their own file: a no-op)
+  v12 ``batch_id`` (the batch a row was an item of; NULL otherwise), ``compressed_tokens`` (the
       prompt tokens the compression step saved; NULL where it is off) and the Batch API's state:
       ``batches`` (one row per batch: tenant, key, protocol, endpoint, status, times, files,
       and errors) and ``batch_items`` (one row per input line: its body, status,
       attempts, and once run its result and ledger row, committed together; see
       ``ledger/batches.py``)
+  v13 ``task`` (``RequestRecord.task()``: the x-switchyard-task header or a fingerprint of the
+      system prompt and tool names; old rows keep NULL) and ``ledger_feedback`` (per served
+      request id: the tenant that owns it, a score in [0, 1], when and from where: ``api`` or
+      ``import``), joined to the ledger by request id for quality per route, task and model
+      (``ledger.feedback``) and the learned routes' estimates
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ from typing import Any, Final, Protocol
 from gateway.core.ledger_row import LedgerRow
 
 TABLE: Final = "ledger"
-SCHEMA_VERSION: Final = 12
+SCHEMA_VERSION: Final = 13
 COLUMNS: Final[tuple[str, ...]] = tuple(f.name for f in fields(LedgerRow))
 SQLITE_COLUMNS: Final = (*COLUMNS, "cost_e10", "baseline_e10")
 
@@ -286,6 +293,17 @@ def _v12(real: str, blob: str, add_column: str) -> tuple[str, ...]:
     )
 
 
+FEEDBACK_TABLE: Final = f"{TABLE}_feedback"
+
+
+def _v13(real: str, if_not: str) -> tuple[str, ...]:
+    return (
+        f"ALTER TABLE {TABLE} ADD COLUMN {if_not}task TEXT",
+        f"CREATE TABLE IF NOT EXISTS {FEEDBACK_TABLE} (request_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, "
+        f"score {real} NOT NULL, ts {real} NOT NULL, source TEXT NOT NULL)",
+    )
+
+
 SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     1: _v1("TEXT", "REAL", "INTEGER PRIMARY KEY"),
     2: (
@@ -317,6 +335,7 @@ SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     10: _v10("(ts, conversation, cost_e10, tenant)"),
     11: (),  # stored responses: their own file on SQLite (ledger/responses.py)
     12: _v12("REAL", "BLOB", ""),
+    13: _v13("REAL", ""),
 }
 
 POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -347,6 +366,7 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     10: _v10("(ts) INCLUDE (conversation, cost_usd, tenant)"),
     11: stored_responses_sql("DOUBLE PRECISION", "BYTEA"),
     12: _v12("DOUBLE PRECISION", "BYTEA", "IF NOT EXISTS "),
+    13: _v13("DOUBLE PRECISION", "IF NOT EXISTS "),
 }
 
 MIGRATIONS_TABLE_SQL: Final = (

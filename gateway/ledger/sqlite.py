@@ -196,6 +196,7 @@ def row_params(row: LedgerRow) -> tuple[Param, ...]:
         row.conversation,
         row.batch_id,
         row.compressed_tokens,
+        row.task,
         money_e10(row.cost_usd),
         money_e10(row.baseline_cost_usd),
     )

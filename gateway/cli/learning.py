@@ -1,0 +1,262 @@
+"""`switchyard feedback import | quality`, `switchyard tasks`, `switchyard eval routing` and
+`switchyard eval routing-stream`; and the learned route's estimates for `policy simulate`."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from gateway.config.settings import Settings
+from gateway.core.errors import BadRequestError
+from gateway.flow.learning import parse
+from gateway.ledger.feedback import QUALITY_GROUPS, FeedbackStore
+from gateway.ledger.sqlite import is_postgres_url, ledger_path
+from gateway.routing.learned_routes import LearnedRoutes, abilities
+from gateway.routing.plan import RoutePlan
+
+
+def _url(args: argparse.Namespace) -> str:
+    return str(args.ledger or Settings.from_env().ledger_url)
+
+
+def _missing(url: str) -> str | None:
+    if is_postgres_url(url) or ledger_path(url).is_file():
+        return None
+    return f"no ledger at {ledger_path(url)}: check SWITCHYARD_HOME, SWITCHYARD_LEDGER or --ledger"
+
+
+def _labels(path: Path) -> Iterator[tuple[int, Any]]:
+    """Rows of a JSON-lines or CSV (request_id,score) file, numbered."""
+    with path.open(encoding="utf-8") as fh:
+        if path.suffix.lower() == ".csv":
+            for n, row in enumerate(csv.DictReader(fh), 2):
+                try:
+                    yield n, {"request_id": row["request_id"], "score": float(row["score"])}
+                except (KeyError, ValueError):
+                    yield n, row
+            return
+        for n, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    yield n, json.loads(line)
+                except json.JSONDecodeError:
+                    yield n, None
+
+
+def cmd_feedback_import(args: argparse.Namespace) -> int:
+    url = _url(args)
+    why = _missing(url)
+    if why:
+        print(f"switchyard feedback import: {why}", file=sys.stderr)
+        return 1
+    rows: list[tuple[str, float]] = []
+    for n, data in _labels(Path(args.file)):
+        try:
+            rows.append(parse(data))
+        except BadRequestError as exc:
+            print(
+                f"switchyard feedback import: {args.file}:{n}: {exc.message}; nothing imported",
+                file=sys.stderr,
+            )
+            return 2
+    store = FeedbackStore(url)
+    try:
+        stored, unknown = store.import_scores(rows)
+    finally:
+        store.close()
+    print(json.dumps({"stored": stored, "unknown": len(unknown), "unknown_ids": unknown[:20]}))
+    return 0 if not unknown else 1
+
+
+def _quality(args: argparse.Namespace, by: tuple[str, ...]) -> int:
+    url = _url(args)
+    why = _missing(url)
+    if why:
+        print(f"switchyard: {why}", file=sys.stderr)
+        return 1
+    store = FeedbackStore(url)
+    try:
+        lines = store.quality(by, tenant=args.tenant)
+    finally:
+        store.close()
+    out = [
+        {
+            **dict(zip(by, line.group, strict=True)),
+            "requests": line.requests,
+            "cost_usd": f"{line.cost_usd:f}",
+            "rated": line.rated,
+            "quality": None if line.quality is None else round(line.quality, 4),
+        }
+        for line in lines
+    ]
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    cols = [*by, "requests", "cost_usd", "rated", "quality"]
+    print("\t".join(cols))
+    for row in out:
+        print("\t".join("-" if row[c] is None else str(row[c]) for c in cols))
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    return _quality(args, ("tenant", "task", "model"))
+
+
+def cmd_feedback_quality(args: argparse.Namespace) -> int:
+    by = tuple(b.strip() for b in args.by.split(",") if b.strip())
+    bad = [b for b in by if b not in QUALITY_GROUPS]
+    if not by or bad:
+        print(f"switchyard feedback quality: --by takes {', '.join(QUALITY_GROUPS)}", file=sys.stderr)
+        return 2
+    return _quality(args, by)
+
+
+def cmd_eval_routing(args: argparse.Namespace) -> int:
+    from gateway.lab.learned_eval import read_stream, report
+    from gateway.routing.learned import LearnSettings
+
+    stream = read_stream(Path(args.stream))
+    settings = LearnSettings(quality_target=args.quality_target, task_floor=args.task_floor)
+    result = report(stream, settings, seeds=args.seeds)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(
+        f"{result['rows']} requests, {result['models']} models, {result['tasks']} tasks; seeds {args.seeds}"
+    )
+    print("| line | quality | vs best | cost USD | vs best |\n| --- | ---: | ---: | ---: | ---: |")
+    for r in result["table"]:
+        cells = (r["line"], r["quality"], r["quality_vs_best"], r["cost_usd"], r["cost_vs_best"])
+        print("| " + " | ".join(map(str, cells)) + " |")
+    worst = result["worst_task_vs_its_best"]
+    share, paid = result["explored_share"], result["explore_cost_vs_best"]
+    print(f"explored {share:.1%} of requests ({paid:.1%} of the best single model's cost)")
+    print(f"worst task with >= 100 requests: {worst['task']} at {worst['ratio']:.1%} of its best")
+    return 0
+
+
+def cmd_eval_routing_stream(args: argparse.Namespace) -> int:
+    from gateway.lab.learned_streams import write
+
+    data = Path(args.data)
+    if not data.is_dir():
+        print(f"switchyard eval routing-stream: no data folder at {data}", file=sys.stderr)
+        return 1
+    n = write(args.source, data, Path(args.out))
+    print(json.dumps({"rows": n, "out": args.out}))
+    return 0
+
+
+def cmd_eval_cascade(args: argparse.Namespace) -> int:
+    from gateway.lab.cascade_eval import evaluate
+    from gateway.routing.verify import CHECKS
+
+    checks = tuple(c.strip() for c in args.checks.split(",") if c.strip())
+    bad = [c for c in checks if c not in CHECKS]
+    if bad or not checks:
+        print(f"switchyard eval cascade: --checks takes {', '.join(CHECKS)}", file=sys.stderr)
+        return 2
+    data = Path(args.data)
+    if not data.is_file():
+        print(f"switchyard eval cascade: no file at {data}", file=sys.stderr)
+        return 1
+    result = evaluate(data, checks)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"{result['rows']} prompts; checks {', '.join(checks)}; escalated {result['escalated']:.1%}")
+    print("| line | quality | vs strong | cost USD | vs strong |\n| --- | ---: | ---: | ---: | ---: |")
+    for r in result["table"]:
+        cells = (r["line"], r["quality"], r["quality_vs_strong"], r["cost_usd"], r["cost_vs_strong"])
+        print("| " + " | ".join(map(str, cells)) + " |")
+    tpr, fpr = result["check_tpr"], result["check_fpr"]
+    print(f"the check flags {tpr:.1%} of the weak model's wrong answers and {fpr:.1%} of its right ones")
+    return 0
+
+
+def simulate_learned(plan: RoutePlan, policy: Any, tenant: str, task: str | None, url: str) -> dict[str, Any]:
+    """The estimates behind a learned route's next choice for (tenant, task), from the ledger."""
+    if task is None:
+        return {"note": "give --task to see the learned route's estimates for that task"}
+    learned = LearnedRoutes()
+    if _missing(url) is None:
+        store = FeedbackStore(url)
+        try:
+            learned.load(
+                plan, store.outcomes(plan.name), store.requests_per_task(plan.name), abilities(policy)
+            )
+        finally:
+            store.close()
+    estimates, learner = learned.estimates(plan, tenant, task)
+    mix = learner.plan().mix.get(learner.name(task), [])
+    decision = learned.decide(plan, tenant, task, abilities(policy))
+    return {
+        "task": task,
+        "best_single": learner.plan().best_single,
+        "plan": [{"model": m, "share": round(f, 4)} for m, f in mix],
+        "next": {"model": decision.choice.model, "decision": decision.label, "why": decision.choice.why},
+        "estimates": [
+            {
+                "model": e.model,
+                "mean": round(e.mean, 4),
+                "sd": round(e.sd, 4),
+                "n": e.n,
+                "cost": round(e.cost, 6),
+            }
+            for e in estimates
+        ],
+    }
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    fb = sub.add_parser("feedback", help="feedback on served requests: import labels, quality reports")
+    fsub = fb.add_subparsers(dest="feedback_command", metavar="{import,quality}")
+    imp = fsub.add_parser("import", help="store offline labels: JSON lines {request_id, score} or CSV")
+    imp.add_argument("file")
+    imp.add_argument("--ledger", default=None, help="ledger URL (default: SWITCHYARD_LEDGER)")
+    imp.set_defaults(func=cmd_feedback_import)
+    qual = fsub.add_parser("quality", help="requests, spend and quality grouped by route/task/model/...")
+    qual.add_argument(
+        "--by", default="route,task,model", help=f"comma-separated: {', '.join(QUALITY_GROUPS)}"
+    )
+    for p in (
+        qual,
+        tasks := sub.add_parser("tasks", help="tasks with requests, spend and quality per model"),
+    ):
+        p.add_argument("--ledger", default=None, help="ledger URL (default: SWITCHYARD_LEDGER)")
+        p.add_argument("--tenant", default=None)
+        p.add_argument("--json", action="store_true")
+    qual.set_defaults(func=cmd_feedback_quality)
+    tasks.set_defaults(func=cmd_tasks)
+
+    def fb_help(_args: argparse.Namespace) -> int:
+        fb.print_help()
+        return 2
+
+    fb.set_defaults(func=fb_help)
+
+
+def register_eval(esub: Any) -> None:
+    ev = esub.add_parser("routing", help="replay a labelled stream through the learned route's learner")
+    ev.add_argument("--stream", required=True, help="JSON lines: task, prompt, scores {model}, costs {model}")
+    ev.add_argument("--quality-target", type=float, default=0.95)
+    ev.add_argument("--task-floor", type=float, default=0.85)
+    ev.add_argument("--seeds", type=int, default=3, help="orderings of the stream averaged")
+    ev.add_argument("--json", action="store_true")
+    ev.set_defaults(func=cmd_eval_routing)
+    cas = esub.add_parser("cascade", help="the verifier cascade on answers with labels (gsm8k-dev)")
+    cas.add_argument("--data", default="../shared/data/routing/gsm8k-dev.jsonl")
+    cas.add_argument("--checks", default="math,refusal", help="comma-separated built-in checks")
+    cas.add_argument("--json", action="store_true")
+    cas.set_defaults(func=cmd_eval_cascade)
+    st = esub.add_parser("routing-stream", help="build a labelled stream from the evaluation data")
+    st.add_argument("--source", required=True, choices=["dcrouter", "mmlu-pro"])
+    st.add_argument("--data", default="../shared/data/routing-multi", help="the routing-multi folder")
+    st.add_argument("--out", required=True)
+    st.set_defaults(func=cmd_eval_routing_stream)

@@ -1,0 +1,209 @@
+"""Replay a labelled stream through the learned route's decision rule (routing/learned.py, the
+code the live route runs), revealing only the chosen model's outcome, and compare it with the
+hindsight baselines: best single model, cheapest single model at 95% of it, per-task oracle
+(per task, the cheapest model within 95% of that task's best) and per-prompt oracle.
+
+A stream is JSON lines: ``{"task": str, "prompt": str, "scores": {model: 0..1},
+"costs": {model: USD}}``; an optional first line ``{"models": {name: {"price": float,
+"ability": float?}}}`` gives the catalog prior (without it, each model's mean cost on the
+stream stands in for its list price, and no ability is known)."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway.routing.learned import Learner, LearnSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    task: str
+    scores: Mapping[str, float]
+    costs: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    rows: list[Row]
+    models: list[str]
+    price: dict[str, float]
+    ability: dict[str, float]
+
+
+def read_stream(path: Path) -> Stream:
+    rows: list[Row] = []
+    meta: dict[str, Any] = {}
+    with path.open("rb") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            obj = orjson.loads(line)
+            if "models" in obj and "task" not in obj:
+                meta = obj["models"]
+                continue
+            try:
+                rows.append(Row(str(obj["task"]), obj["scores"], obj["costs"]))
+            except (KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{n}: a row needs task, scores and costs ({exc})") from None
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    models = sorted(set(rows[0].scores).intersection(*(r.scores.keys() for r in rows)))
+    if not models:
+        raise ValueError(f"{path}: no model is scored on every row")
+    price = {m: float(meta[m]["price"]) for m in models if m in meta and "price" in meta[m]}
+    for m in models:
+        price.setdefault(m, sum(r.costs[m] for r in rows) / len(rows))
+    ability = {m: float(meta[m]["ability"]) for m in models if m in meta and "ability" in meta[m]}
+    return Stream(rows, models, price, ability)
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    name: str
+    quality: float
+    cost: float
+
+
+def _totals(rows: Sequence[Row], pick: Iterable[str]) -> tuple[float, float]:
+    q = c = 0.0
+    for row, m in zip(rows, pick, strict=True):
+        q += row.scores[m]
+        c += row.costs[m]
+    return q / len(rows), c
+
+
+def baselines(stream: Stream) -> tuple[list[Line], str, dict[str, float]]:
+    """The hindsight lines, the best single model, and each task's best model's quality."""
+    rows, models = stream.rows, stream.models
+    single = {m: _totals(rows, [m] * len(rows)) for m in models}
+    best = max(models, key=lambda m: single[m][0])
+    good = [m for m in models if single[m][0] >= 0.95 * single[best][0]]
+    cheap = min(good, key=lambda m: single[m][1])
+    by_task: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        by_task[r.task].append(r)
+    task_pick: dict[str, str] = {}
+    task_best: dict[str, float] = {}
+    for t, trows in by_task.items():
+        q = {m: sum(r.scores[m] for r in trows) / len(trows) for m in models}
+        c = {m: sum(r.costs[m] for r in trows) for m in models}
+        task_best[t] = max(q.values())
+        task_pick[t] = min((m for m in models if q[m] >= 0.95 * task_best[t]), key=lambda m: c[m])
+    per_task = _totals(rows, [task_pick[r.task] for r in rows])
+    per_prompt = _totals(
+        rows,
+        [min(models, key=lambda m, r=r: (-r.scores[m], r.costs[m])) for r in rows],  # type: ignore[misc]
+    )
+    route = route_oracle(stream, by_task, LearnSettings())
+    lines = [
+        Line(f"best single ({best})", *single[best]),
+        Line(f"cheapest single at 95% ({cheap})", *single[cheap]),
+        Line("per-task oracle (95% of each task's best)", *per_task),
+        Line("per-prompt oracle", *per_prompt),
+        Line("route oracle (the learned route's rule on the true means)", *route),
+    ]
+    return lines, best, task_best
+
+
+def route_oracle(
+    stream: Stream, by_task: Mapping[str, list[Row]], settings: LearnSettings
+) -> tuple[float, float]:
+    """What the learned route's plan would do knowing every (task, model)'s true mean score and
+    cost: the same planner, fed the whole stream's outcomes as near-certain evidence."""
+    learner = Learner(stream.models, stream.price, stream.ability, settings)
+    big = 1e6
+    for t, trows in by_task.items():
+        state = learner.task(t)
+        state.requests = len(trows)
+        for m in stream.models:
+            arm = state.arms[m]
+            arm.n, arm.s = big, big * sum(r.scores[m] for r in trows) / len(trows)
+            arm.cost_n, arm.cost_sum = len(trows), sum(r.costs[m] for r in trows)
+    mix = learner.plan().mix
+    q = c = 0.0
+    for r in stream.rows:
+        for m, share in mix[r.task]:
+            q += share * r.scores[m]
+            c += share * r.costs[m]
+    return q / len(stream.rows), c
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    quality: float
+    cost: float
+    explored: float  # share of requests that explored
+    explore_cost: float
+    per_task: dict[str, tuple[int, float]]  # task -> (requests, realised quality)
+
+
+def replay(stream: Stream, settings: LearnSettings, seed: int = 0) -> Replay:
+    """Run the stream through one learner: each row's chosen model's score and cost only."""
+    learner = Learner(stream.models, stream.price, stream.ability, settings)
+    rng = random.Random(seed)
+    q = c = ec = 0.0
+    explored = 0
+    tq: dict[str, list[float]] = defaultdict(list)
+    for row in stream.rows:
+        choice = learner.choose(row.task, rng)
+        score, cost = row.scores[choice.model], row.costs[choice.model]
+        learner.observe(row.task, choice.model, score, cost, choice.explore)
+        q += score
+        c += cost
+        tq[row.task].append(score)
+        if choice.explore:
+            explored += 1
+            ec += cost
+    n = len(stream.rows)
+    per_task = {t: (len(v), sum(v) / len(v)) for t, v in tq.items()}
+    return Replay(q / n, c, explored / n, ec, per_task)
+
+
+def report(stream: Stream, settings: LearnSettings, seeds: int = 3) -> dict[str, Any]:
+    """The table of one stream: the learned route (mean over ``seeds`` orderings of the stream)
+    beside the baselines, and the targets' checks."""
+    lines, best, task_best = baselines(stream)
+    ref = lines[0]
+    runs = []
+    for seed in range(seeds):
+        rows = list(stream.rows)
+        random.Random(seed).shuffle(rows)
+        runs.append(replay(Stream(rows, stream.models, stream.price, stream.ability), settings, seed))
+    quality = sum(r.quality for r in runs) / seeds
+    cost = sum(r.cost for r in runs) / seeds
+    learned = Line(f"learned (q={settings.quality_target}, floor={settings.task_floor})", quality, cost)
+    worst_task = []
+    for run in runs:
+        for t, (n, tq) in run.per_task.items():
+            if n >= 100 and task_best[t] > 0:
+                worst_task.append((tq / task_best[t], t))
+    table = [
+        {
+            "line": ln.name,
+            "quality": round(ln.quality, 4),
+            "quality_vs_best": round(ln.quality / ref.quality, 4) if ref.quality else None,
+            "cost_usd": round(ln.cost, 6),
+            "cost_vs_best": round(ln.cost / ref.cost, 4) if ref.cost else None,
+        }
+        for ln in (*lines, learned)
+    ]
+    worst = min(worst_task) if worst_task else (1.0, "")
+    return {
+        "rows": len(stream.rows),
+        "models": len(stream.models),
+        "tasks": len(task_best),
+        "table": table,
+        "explored_share": round(sum(r.explored for r in runs) / seeds, 4),
+        "explore_cost_vs_best": round(sum(r.explore_cost for r in runs) / seeds / ref.cost, 4)
+        if ref.cost
+        else None,
+        "worst_task_vs_its_best": {"task": worst[1], "ratio": round(worst[0], 4)},
+        "best_single": best,
+    }

@@ -1,0 +1,79 @@
+"""The verifier cascade through a real gateway over the mock upstream (which echoes the user's
+text, so the prompt decides what the cheap model "answered"): an answer that passes is served
+by the cheap target (one row); one that fails escalates (two rows: the cheap attempt with a
+zero baseline, the strong answer); streams are declined; a plug-in check decides too."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.config.loader import PolicyError, load_policy
+from load_tests.mock_upstream import MockUpstream
+from tests.gateway_harness import mock_policy, start_gateway
+
+ROUTES = """
+  cascaded:
+    targets: [small, large]
+    baseline: large
+    retries: 0
+    cascade: {verify: [math, refusal]}
+  plugged:
+    targets: [small, large]
+    baseline: large
+    retries: 0
+    cascade: {check: "tests.test_cascade:no_pad"}
+"""
+
+
+def no_pad(completion: dict[str, Any], request: dict[str, Any]) -> str | None:
+    """A plug-in check: escalate answers the mock padded (shorter than asked)."""
+    text = completion["choices"][0]["message"]["content"]
+    return "padded" if "pad" in text else None
+
+
+def _chat(gw: Any, route: str, text: str, **extra: Any) -> Any:
+    body = {"model": route, "messages": [{"role": "user", "content": text}], **extra}
+    return gw.post("/v1/chat/completions", body)
+
+
+def test_cascade_accepts_escalates_and_declines_streams(tmp_path: Path, mock: MockUpstream) -> None:
+    policy = mock_policy(mock.base_url).replace("routes:\n", "routes:\n" + ROUTES.lstrip("\n"), 1)
+    gw = start_gateway(tmp_path, policy)
+    try:
+        ok = _chat(gw, "cascaded", "2*3 = <<2*3=6>>6 #### 6")
+        bad = _chat(gw, "cascaded", "2*3 = <<2*3=7>>7 #### 7")
+        stream = _chat(gw, "cascaded", "2*3 = <<2*3=7>>7 #### 7", stream=True)
+        plugged = _chat(gw, "plugged", "hi")
+        rows = {r["request_id"]: r for r in gw.ledger_rows()}
+    finally:
+        gw.stop()
+    assert ok.status_code == bad.status_code == stream.status_code == plugged.status_code == 200
+    assert ok.headers["x-switchyard-cascade"] == "accepted" and ok.headers["x-switchyard-model"] == "small"
+    assert bad.headers["x-switchyard-cascade"] == "escalated" and bad.headers["x-switchyard-model"] == "large"
+    assert stream.headers["x-switchyard-cascade"] == "declined-stream"
+    assert plugged.headers["x-switchyard-cascade"] == "escalated"
+    accepted = rows[ok.headers["x-request-id"]]
+    assert accepted["route_decision"] == "cascade:accepted" and accepted["served_model"] == "small"
+    assert ok.headers["x-request-id"] + "-1" not in rows
+    strong, cheap = rows[bad.headers["x-request-id"]], rows[bad.headers["x-request-id"] + "-1"]
+    assert (strong["served_model"], strong["route_decision"]) == ("large", "cascade:strong")
+    assert (cheap["served_model"], cheap["route_decision"]) == ("small", "cascade:escalated")
+    assert Decimal(cheap["baseline_cost_usd"]) == 0 and Decimal(cheap["cost_usd"]) > 0  # all extra
+    assert Decimal(strong["baseline_cost_usd"]) == Decimal(strong["cost_usd"])  # the baseline itself
+    assert strong["attempts"] == 1 and cheap["attempts"] == 1
+
+
+def test_cascade_policy_is_checked(tmp_path: Path) -> None:
+    for route, why in (
+        ("  c:\n    targets: [small]\n    cascade: {verify: [math]}\n", "two targets"),
+        ("  c:\n    targets: [small, large]\n    cascade: {}\n", "needs 'verify'"),
+        ("  c:\n    targets: [small, large]\n    cascade: {verify: [vibes]}\n", "verify"),
+    ):
+        path = tmp_path / "p.yaml"
+        path.write_text(mock_policy("http://127.0.0.1:9").replace("routes:\n", "routes:\n" + route, 1))
+        with pytest.raises(PolicyError, match=why):
+            load_policy(path)

@@ -1,0 +1,162 @@
+"""Feedback (POST /v1/feedback, tenant-scoped, stored with the ledger) and the learned route,
+end to end through a real gateway over the mock upstream; the learner's decision rule alone;
+its evidence rebuilt from the database (a restart, another replica)."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+
+from gateway.config.loader import PolicyError, load_policy
+from gateway.ledger.feedback import FeedbackStore
+from gateway.routing.learned import Learner, LearnSettings
+from load_tests.mock_upstream import MockUpstream
+from tests.gateway_harness import mock_policy, start_gateway
+
+LEARNED = """
+  learned:
+    targets: [small, large]
+    retries: 0
+    learn: {quality_target: 0.95, task_floor: 0.85, seed: 7}
+"""
+
+
+def _with_learned(mock_url: str) -> str:
+    text = mock_policy(mock_url)
+    return text.replace("routes:\n", "routes:\n" + LEARNED.lstrip("\n"), 1)
+
+
+def _chat(gw, task: str, text: str, tenant: str = "team-a") -> httpx.Response:  # type: ignore[no-untyped-def]
+    body = {"model": "learned", "messages": [{"role": "user", "content": text}]}
+    return gw.post("/v1/chat/completions", body, tenant=tenant, headers={"x-switchyard-task": task})
+
+
+def test_feedback_is_tenant_scoped_and_validated(tmp_path: Path, mock: MockUpstream) -> None:
+    gw = start_gateway(tmp_path, _with_learned(mock.base_url))
+    try:
+        r = _chat(gw, "summaries", "hello")
+        assert r.status_code == 200
+        rid = r.headers["x-request-id"]
+        ok = gw.post("/v1/feedback", {"request_id": rid, "score": 0.75})
+        assert ok.status_code == 200 and ok.json()["score"] == 0.75
+        assert gw.post("/v1/feedback", {"request_id": rid, "score": 1}).status_code == 200  # replaces
+        assert gw.post("/v1/feedback", {"request_id": "req_nope", "score": 1}).status_code == 404
+        assert gw.post("/v1/feedback", {"request_id": rid, "score": 1}, tenant="team-b").status_code == 404
+        with httpx.Client() as client:
+            assert (
+                client.post(gw.url + "/v1/feedback", json={"request_id": rid, "score": 1}).status_code == 401
+            )
+        for bad in ({"request_id": rid, "score": 1.5}, {"request_id": rid}, {"request_id": rid, "score": True},
+                    {"score": 1}, {"request_id": rid, "score": 1, "note": "x"}, [1]):  # fmt: skip
+            resp = gw.post("/v1/feedback", bad)
+            assert resp.status_code == 400, bad
+            assert resp.json()["error"]["message"]
+        rows = gw.ledger_rows()
+        row = next(x for x in rows if x["request_id"] == rid)
+        assert row["task"] == "summaries" and row["route_decision"].endswith(":summaries")
+        conn = sqlite3.connect(gw.home / "ledger.db")
+        try:
+            stored = conn.execute("SELECT tenant, score, source FROM ledger_feedback").fetchall()
+        finally:
+            conn.close()
+        assert stored == [("team-a", 1.0, "api")]
+    finally:
+        gw.stop()
+
+
+def test_learned_route_end_to_end(tmp_path: Path, mock: MockUpstream) -> None:
+    """Two tasks: on "easy" the small model is as good as the large one, on "hard" it fails.
+    Every served request gets feedback from a judge that knows the (task, model) outcome; the
+    route must learn to send "easy" to small and "hard" to large."""
+    # the judge: each (task, model, request) has one fixed outcome, drawn at these rates
+    rates = {("easy", "small"): 0.96, ("easy", "large"): 0.96, ("hard", "small"): 0.1, ("hard", "large"): 0.9}
+
+    def judge(task: str, model: str, i: int) -> float:
+        return float(random.Random(f"{task}/{model}/{i}").random() < rates[(task, model)])
+
+    gw = start_gateway(tmp_path, _with_learned(mock.base_url))
+    served: dict[str, list[str]] = {"easy": [], "hard": []}
+    try:
+        for i in range(240):
+            task = "easy" if i % 2 else "hard"
+            r = _chat(gw, task, f"question {i}")
+            assert r.status_code == 200
+            model = r.headers["x-switchyard-model"]
+            served[task].append(model)
+            score = judge(task, model, i // 2)
+            assert (
+                gw.post("/v1/feedback", {"request_id": r.headers["x-request-id"], "score": score}).status_code
+                == 200
+            )
+        rows = gw.ledger_rows()
+    finally:
+        gw.stop()
+    late_easy, late_hard = served["easy"][-40:], served["hard"][-40:]
+    assert late_easy.count("small") >= 24, late_easy
+    assert late_hard.count("large") >= 34, late_hard
+    decisions = {r["route_decision"].split(":")[0] for r in rows if r["route"] == "learned"}
+    assert decisions <= {"explore", "exploit"} and "explore" in decisions and "exploit" in decisions
+    store = FeedbackStore(f"sqlite:///{tmp_path / 'home' / 'ledger.db'}")
+    try:
+        outcomes = {(o.task, o.model): o.n for o in store.outcomes("learned")}
+        lines = store.quality(("task", "model"))
+    finally:
+        store.close()
+    assert sum(outcomes.values()) == 240
+    assert {line.group for line in lines} >= {("easy", "small"), ("hard", "large")}
+
+
+def test_learner_picks_the_cheap_model_only_where_it_holds_quality() -> None:
+    learner = Learner(["cheap", "dear"], {"cheap": 1.0, "dear": 10.0}, settings=LearnSettings())
+    rng = random.Random(0)
+    truth = {("a", "cheap"): 0.85, ("a", "dear"): 0.85, ("b", "cheap"): 0.3, ("b", "dear"): 0.85}
+    picks: dict[str, list[str]] = {"a": [], "b": []}
+    for i in range(1200):
+        task = "ab"[i % 2]
+        choice = learner.choose(task, rng)
+        picks[task].append(choice.model)
+        score = 1.0 if rng.random() < truth[(task, choice.model)] else 0.0
+        learner.observe(task, choice.model, score, explore=choice.explore)
+    assert picks["a"][-200:].count("cheap") > 150
+    assert picks["b"][-200:].count("dear") > 180
+
+
+def test_evidence_survives_a_rebuild() -> None:
+    """A learner loaded from the database's counts decides as the one that saw them."""
+    settings = LearnSettings()
+    a = Learner(["cheap", "dear"], {"cheap": 1.0, "dear": 10.0}, settings=settings)
+    b = Learner(["cheap", "dear"], {"cheap": 1.0, "dear": 10.0}, settings=settings)
+    for model, n, s in (("cheap", 50, 10), ("dear", 50, 45)):
+        for i in range(n):
+            a.observe("t", model, 1.0 if i < s else 0.0)
+        b.load("t", model, n, s)
+    assert [(e.mean, e.n) for e in a.estimates("t")] == [(e.mean, e.n) for e in b.estimates("t")]
+    assert a.plan().mix == b.plan().mix == {"t": [("dear", 1.0)]}
+
+
+def test_learn_needs_two_targets(tmp_path: Path) -> None:
+    text = mock_policy("http://127.0.0.1:9").replace(
+        "routes:\n", "routes:\n  one:\n    targets: [small]\n    learn: {quality_target: 0.9}\n", 1
+    )
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(PolicyError, match="learn"):
+        load_policy(path)
+
+
+def test_tasks_beyond_the_cap_share_one_bucket() -> None:
+    """A system prompt that changes every request (a date in it) must not grow the plan."""
+    from gateway.routing.learned import MAX_TASKS, OTHER
+
+    learner = Learner(["cheap", "dear"], {"cheap": 1.0, "dear": 10.0})
+    rng = random.Random(0)
+    for i in range(MAX_TASKS + 50):
+        choice = learner.choose(f"sys:{i:016x}", rng)
+        learner.observe(f"sys:{i:016x}", choice.model, 1.0, explore=choice.explore)
+    assert len(learner.tasks) == MAX_TASKS + 1 and OTHER in learner.tasks
+    assert learner.tasks[OTHER].requests == 50
+    assert learner.choose("sys:new", rng).task == OTHER
