@@ -47,7 +47,7 @@ def test_huge_strings(gateway: RunningGateway, mock: MockUpstream) -> None:
     r = no_5xx(gateway.post(CHAT, {"model": "auto", "messages": [{"role": "user", "content": big}]}))
     assert r.status_code == 200
     r = no_5xx(gateway.post(CHAT, {"model": "m" * 1_000_000, "messages": [{"role": "user", "content": "x"}]}))
-    assert r.status_code == 404 and len(r.content) < 2_100_000
+    assert r.status_code == 404 and len(r.content) < 4_000  # the name echoed cut short
     r = no_5xx(
         gateway.post(
             CHAT, {"model": "auto", "messages": [{"role": "user", "content": "x", "k" * 100_000: 1}]}

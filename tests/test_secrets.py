@@ -394,3 +394,18 @@ def test_masked_forms_of_a_key_are_redacted_and_ordinary_text_is_not() -> None:
         assert text == f"Incorrect API key provided: {MASK}. See the docs.", form
     for plain in ("Loading... done", "2**10 tokens", "wait...ok", "a ** b", "see https://x.y/a...", "v1.2.3"):
         assert redact(plain, [key]) == plain
+
+
+def test_redaction_stays_linear_on_long_runs_of_key_characters() -> None:
+    """A megabyte of key characters next to a mask-like run (an error echoing a huge model
+    name) is scanned in linear time: an open-ended regex head backtracked quadratically."""
+    import time
+
+    from gateway.core.redact import redact
+
+    secrets = ("sk-upstream-canary-0123456789abcdef",)
+    for text in ("The model '" + "m" * 1_000_000 + "' is not served.", "x" * 500_000 + "****" + "y" * 500_000):
+        started = time.perf_counter()
+        redact(text, secrets)
+        assert time.perf_counter() - started < 1.0
+    assert redact("key pk_live_****8293.", secrets) == "key [REDACTED]."

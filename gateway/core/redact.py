@@ -14,7 +14,9 @@ _PATTERNS = (
 MASK = "[REDACTED]"
 # A key as upstreams print it masked: some of its head, a run of stars (or dots, bullets, an
 # ellipsis), some of its tail: ``pk_live_****8293``, ``sk-...wxyz``, ``sk-proj-*****wxyz``.
-_MASKED = re.compile(r"([A-Za-z0-9_\-]*)(\*{2,}|\.{3,}|\u2026|\u2022{2,})([A-Za-z0-9_\-]*)")
+_STARS = re.compile(r"\*{2,}|\.{3,}|\u2026|\u2022{2,}")
+_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_MASKED_REACH = 256  # key characters looked at on each side of a mask (longer runs are no key)
 _MASKED_ANY_STARS = 4  # this many stars between key characters is a masked key, configured or not
 _FRAGMENT_MIN = 3  # a head or tail this long that a configured secret starts or ends with
 # An echo of this many consecutive characters of a configured secret is masked (upstreams
@@ -51,13 +53,15 @@ def _random_looking(piece: str) -> bool:
 
 def _mask_pieces(text: str, pieces: frozenset[str]) -> str:
     """Mask every run of ``text`` covered by pieces of a secret (a partial echo)."""
-    covered = bytearray(len(text))
-    found = False
-    for i in range(len(text) - PARTIAL + 1):
-        if text[i : i + PARTIAL] in pieces:
-            covered[i : i + PARTIAL] = b"\x01" * PARTIAL
-            found = True
-    if not found:
+    covered: bytearray | None = None
+    for piece in pieces:  # a few dozen pieces, each found by the C string search
+        at = text.find(piece)
+        while at >= 0:
+            if covered is None:
+                covered = bytearray(len(text))
+            covered[at : at + PARTIAL] = b"\x01" * PARTIAL
+            at = text.find(piece, at + 1)
+    if covered is None:
         return text
     out: list[str] = []
     i = 0
@@ -76,22 +80,43 @@ def _mask_pieces(text: str, pieces: frozenset[str]) -> str:
 
 def _mask_masked(text: str, whole: tuple[str, ...]) -> str:
     """Mask the masked echoes of a key: any head/tail around ``_MASKED_ANY_STARS`` stars or
-    more, and any masked form whose visible head or tail is a configured secret's."""
+    more, and any masked form whose visible head or tail is a configured secret's. Linear:
+    each mask found looks at most ``_MASKED_REACH`` characters either side (a regex with an
+    open-ended head backtracks quadratically over a long run of key characters)."""
+    out: list[str] = []
+    last = 0
+    n = len(text)
+    for m in _STARS.finditer(text):
+        start, end = m.span()
+        if start < last:
+            continue
+        head_at = start
+        while head_at > last and start - head_at < _MASKED_REACH and text[head_at - 1] in _KEY_CHARS:
+            head_at -= 1
+        tail_at = end
+        while tail_at < n and tail_at - end < _MASKED_REACH and text[tail_at] in _KEY_CHARS:
+            tail_at += 1
+        if _is_masked_key(text[head_at:start], m.group(0), text[end:tail_at], whole):
+            out.append(text[last:head_at])
+            out.append(MASK)
+            last = tail_at
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
 
-    def sub(m: re.Match[str]) -> str:
-        head, stars, tail = m.group(1), m.group(2), m.group(3)
-        if not head and not tail:
-            return m.group(0)
-        if stars.startswith("*") and len(stars) >= _MASKED_ANY_STARS:
-            return MASK
-        for secret in whole:
-            if len(tail) >= _FRAGMENT_MIN and secret.endswith(tail):
-                return MASK
-            if len(head) >= _FRAGMENT_MIN and secret.startswith(head):
-                return MASK
-        return m.group(0)
 
-    return _MASKED.sub(sub, text)
+def _is_masked_key(head: str, stars: str, tail: str, whole: tuple[str, ...]) -> bool:
+    if not head and not tail:
+        return False
+    if stars.startswith("*") and len(stars) >= _MASKED_ANY_STARS:
+        return True
+    for secret in whole:
+        if len(tail) >= _FRAGMENT_MIN and secret.endswith(tail):
+            return True
+        if len(head) >= _FRAGMENT_MIN and secret.startswith(head):
+            return True
+    return False
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:

@@ -12,6 +12,7 @@ from gateway.core.types import Price, Principal, Target
 from gateway.routing.plan import RoutePlan
 from gateway.routing.tiers import build_auto
 
+_NAME_SHOWN = 200  # characters of an unknown model name a 404 echoes
 _SHOWN = 24  # names a 404 lists
 _ENV_HINT = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
@@ -132,8 +133,9 @@ class Router:
         names.sort(key=lambda n: not self._plans[n].is_route)
         more = f" (and {len(names) - _SHOWN} more)" if len(names) > _SHOWN else ""
         shown = ", ".join(names[:_SHOWN]) + more
-        msg = f"The model '{model}' is not served by this gateway. Served {kind} models: {shown or 'none'}."
-        if names:
+        name = model if len(model) <= _NAME_SHOWN else model[:_NAME_SHOWN] + "..."
+        msg = f"The model '{name}' is not served by this gateway. Served {kind} models: {shown or 'none'}."
+        if names and name is model:
             msg += f' To serve it, add to the policy\'s aliases: "{model}": {names[0]}'
         return msg
 
