@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx2 as httpx
 import pytest
 
 from load_tests.mock_upstream import MockUpstream
@@ -168,3 +169,40 @@ def test_models_calls_leave_a_line(gw: RunningGateway, caplog: pytest.LogCapture
     lines = [ln for ln in _access_lines(caplog) if " endpoint=models " in ln]
     assert [ln.split(" status=")[1].split()[0] for ln in lines] == ["200", "404"], lines
     assert " model=nope-1 " in lines[1] and " error=model_not_found " in lines[1]
+
+
+def test_requests_outside_the_flow_leave_a_line_and_a_sample_too(
+    gw: RunningGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stored responses, files, batches, feedback and admin calls are not metered requests (no
+    ledger row) but still leave one access-log line and one metric sample each; a 401 there is
+    logged once; health probes are not logged."""
+    caplog.set_level(logging.INFO, logger="switchyard")
+    auth = gw.headers()
+    with httpx.Client(base_url=gw.url, timeout=30) as client:
+        statuses = [
+            client.get("/v1/responses/resp_nope", headers=auth).status_code,
+            client.get("/v1/files", headers=auth).status_code,
+            client.get("/v1/batches", headers=auth).status_code,
+            client.post(
+                "/v1/feedback", json={"request_id": "req_nope", "score": 1}, headers=auth
+            ).status_code,
+            client.get(
+                "/v1/files", headers={"authorization": "Bearer sk-sy-wrong-key-0123456789"}
+            ).status_code,
+            client.get("/healthz").status_code,
+        ]
+        metrics = client.get("/metrics").text
+    assert statuses == [404, 200, 200, 404, 401, 200]
+    lines = _access_lines(caplog)
+    assert len(lines) == 5, lines  # the probe and the scrape leave none
+    by_endpoint = sorted(
+        (ln.split(" endpoint=")[1].split()[0], ln.split(" status=")[1].split()[0]) for ln in lines
+    )
+    assert by_endpoint == [
+        ("batches", "200"), ("feedback", "404"), ("files", "200"), ("files", "401"), ("responses_store", "404"),
+    ]  # fmt: skip
+    assert all(" tenant=team-a " in ln for ln in lines if " status=401 " not in ln), lines
+    samples = [ln for ln in metrics.splitlines() if ln.startswith("switchyard_requests_total{")]
+    for endpoint in ("responses_store", "files", "batches", "feedback"):
+        assert any(f'endpoint="{endpoint}"' in ln for ln in samples), (endpoint, samples)

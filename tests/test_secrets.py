@@ -404,7 +404,10 @@ def test_redaction_stays_linear_on_long_runs_of_key_characters() -> None:
     from gateway.core.redact import redact
 
     secrets = ("sk-upstream-canary-0123456789abcdef",)
-    for text in ("The model '" + "m" * 1_000_000 + "' is not served.", "x" * 500_000 + "****" + "y" * 500_000):
+    for text in (
+        "The model '" + "m" * 1_000_000 + "' is not served.",
+        "x" * 500_000 + "****" + "y" * 500_000,
+    ):
         started = time.perf_counter()
         redact(text, secrets)
         assert time.perf_counter() - started < 1.0

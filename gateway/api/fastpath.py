@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.api.errors import error_response, internal_error_response, request_id_of
+from gateway.api.seen import logged
 from gateway.core.errors import SwitchyardError
 
 log = logging.getLogger("switchyard")
@@ -47,4 +48,7 @@ class FastPath:
                     response = internal_error_response(request, exc)
                 await response(scope, receive, send)
                 return
+            sy = getattr(self.app.state, "sy", None)
+            await logged(self.app, sy.services if sy is not None else None, scope, receive, send)
+            return
         await self.app(scope, receive, send)

@@ -24,6 +24,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.api import seen
 from gateway.api.errors import error_bytes
 from gateway.api.starting import StartGate
 from gateway.core.errors import OverloadedError
@@ -128,6 +129,7 @@ class AdmissionGate:
         self.shed += 1
         if metrics is not None:
             metrics.shed.labels(reason).inc()
+            seen.shed(self._sy.services, scope["path"])
         body = self._messages_body if scope["path"].startswith("/v1/messages") else self._body
         await send(
             {

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from gateway.api.auth import authenticate
 from gateway.api.deadlines import BodyDeadlines
 from gateway.api.errors import REQUEST_ID
+from gateway.api.seen import LOGGED, TENANT, label
 from gateway.bootstrap import Gateway
 from gateway.core.errors import SwitchyardError
 from gateway.flow import access_log
@@ -63,6 +64,7 @@ class AppState:
         except SwitchyardError as exc:
             unauthenticated(svc, request, request_id, exc, started)
             raise
+        request.scope[TENANT] = principal.tenant
         cc = headers.get("cache-control")
         no_cache = bool(cc and ("no-cache" in cc or "no-store" in cc))
         return Exchange(request_id, principal, started, time.time(), no_cache=no_cache)
@@ -73,7 +75,8 @@ def unauthenticated(
 ) -> None:
     """A request refused before it had a tenant (no key, a wrong key, the key store down): no
     ledger row (it names no tenant), but its metric samples and its access-log line."""
-    endpoint = access_log.endpoint_of(request.url.path)
+    request.scope[LOGGED] = True
+    endpoint = label(request.url.path)
     svc.metrics.rejections.labels(exc.code or exc.type).inc()
     svc.metrics.requests.labels(endpoint, "", "none", "none", "error", "off").inc()
     seconds = time.perf_counter() - started

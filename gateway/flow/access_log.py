@@ -67,3 +67,11 @@ def refused(
     """The line of a request refused before it had a tenant (authentication)."""
     if enabled and log.isEnabledFor(logging.INFO):
         _emit(request_id, "-", endpoint, "-", "-", "-", status, code or "-", seconds * 1000.0, "-")
+
+
+def other(request_id: str, tenant: str, endpoint: str, status: int, seconds: float, *, enabled: bool) -> None:
+    """The line of a request no flow step records (stored responses, files, batches, feedback,
+    admin, dashboard, a shed 503): no route or model; its status."""
+    if enabled and log.isEnabledFor(logging.INFO):
+        code = "-" if status < 400 else f"http_{status}"
+        _emit(request_id, tenant, endpoint, "-", "-", "-", status, code, seconds * 1000.0, "-")
