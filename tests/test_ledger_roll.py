@@ -144,7 +144,7 @@ def test_v6_migration_marks_an_older_ledger_rolled_up(tmp_path: Path) -> None:
     apply_migrations(conn.execute, {v: s for v, s in SQLITE_MIGRATIONS.items() if v <= 5}, "?")
     rows = sample_rows(50, seed=4)
     params = [row_params(r) for r in rows]
-    newer = {"batch_id", "compressed_tokens"}  # v12's columns: a v5 table has none of them
+    newer = {"batch_id", "compressed_tokens", "task"}  # v12's and v13's columns: a v5 table has none
     keep = [i for i, c in enumerate(SQLITE_COLUMNS) if c not in newer]
     v5_cols = [SQLITE_COLUMNS[i] for i in keep]
     conn.executemany(

@@ -4,11 +4,14 @@ write happens on the feedback store's worker thread, never on the event loop).""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import orjson
 from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from starlette.responses import Response
 
-from gateway.api.openapi import ERROR_RESPONSES
+from gateway.api.openapi import ERROR_RESPONSES, openapi_extra
 from gateway.api.routes import _json_body, state_of
 from gateway.api.state import wanted_headers
 from gateway.flow import learning
@@ -16,7 +19,15 @@ from gateway.flow import learning
 router = APIRouter()
 
 
-@router.post("/v1/feedback", responses=ERROR_RESPONSES)
+class FeedbackRequest(BaseModel):
+    """The body of ``POST /v1/feedback`` (its OpenAPI schema; learning.post validates it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    request_id: StrictStr
+    score: Annotated[float, Field(ge=0, le=1)]
+
+
+@router.post("/v1/feedback", responses=ERROR_RESPONSES, openapi_extra=openapi_extra(FeedbackRequest))
 async def feedback(request: Request) -> Response:
     state = state_of(request)
     svc = state.services

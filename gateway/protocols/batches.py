@@ -30,10 +30,11 @@ WINDOWS: Final = {"24h": 24 * 3600.0}  # what OpenAI accepts as completion_windo
 MAX_CUSTOM_ID: Final = 512
 
 
-class LineError(Exception):
+class LineError(BadRequestError):
+    """One input line that cannot run: its error object in the batch's error file."""
+
     def __init__(self, code: str, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.param = code, message, param
+        super().__init__(message, param=param, code=code)
 
 
 def window_seconds(window: str) -> float:
