@@ -52,16 +52,24 @@ class RequestRecord:
 
     def task(self) -> str:
         """What the request is for, per tenant: the ``x-switchyard-task`` header, else a
-        fingerprint of its system prompt and tool names (``sys:<16 hex>``)."""
+        fingerprint of its system prompt and tool names (``sys:<16 hex>``). One hash update per
+        system message and tool, no serialisation of text content (it runs on every request)."""
         if self.task_header:
             return self.task_header
-        system = [m.get("content") for m in self.body.get("messages") or () if _is_system(m)]
-        tools = [
-            (t.get("function") or {}).get("name") if isinstance(t, dict) else None
-            for t in self.body.get("tools") or ()
-        ]
-        raw = json.dumps([system, tools], ensure_ascii=False, separators=(",", ":")).encode()
-        return "sys:" + hashlib.blake2b(raw, digest_size=8).hexdigest()
+        digest = hashlib.blake2b(digest_size=8)
+        for message in self.body.get("messages") or ():
+            if _is_system(message):
+                content = message.get("content")
+                text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+                digest.update(text.encode("utf-8", "surrogatepass"))
+                digest.update(b"\x00")
+        digest.update(b"\x01")
+        for tool in self.body.get("tools") or ():
+            fn = tool.get("function") if isinstance(tool, dict) else None
+            name = fn.get("name") if isinstance(fn, dict) else None
+            digest.update(str(name).encode("utf-8", "surrogatepass"))
+            digest.update(b"\x00")
+        return "sys:" + digest.hexdigest()
 
 
 SAMPLING = ("temperature", "top_p", "top_k", "seed", "stop", "presence_penalty", "frequency_penalty")
