@@ -8,6 +8,7 @@ line to add."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ import openai
 import pytest
 
 from load_tests.mock_upstream import MockUpstream
+from tests.conftest import service_unavailable
 from tests.gateway_harness import RunningGateway, start_gateway
 from tests.test_claude_code import claude_binary
 from tests.test_responses_codex import codex_binary
@@ -112,9 +114,10 @@ def test_claude_agent_sdk_with_its_default_model(
     gw: RunningGateway, mock: MockUpstream, tmp_path: Path
 ) -> None:
     """The Claude Agent SDK (it drives the Claude Code CLI) with no model named."""
-    sdk = pytest.importorskip(
-        "claude_agent_sdk", reason="pip install claude-agent-sdk (the dev extra has it)"
-    )
+    try:
+        sdk = importlib.import_module("claude_agent_sdk")
+    except ImportError:
+        service_unavailable("claude-agent-sdk", "pip install -e '.[dev]' installs it")
     home = tmp_path / "sdk-home"
     home.mkdir()
     env = {
