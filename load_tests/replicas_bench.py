@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import threading
 import time
 import uuid
@@ -35,7 +36,7 @@ from typing import Any
 
 from gateway.limits.key_watch import INTERVAL_S
 from load_tests.bench_procs import BenchSetupError, GatewayProcess, MockProcess, cpu_seconds, machine_info
-from load_tests.loadgen import LoadSpec, Report, chat_body, run_closed_loop
+from load_tests.loadgen import BodyFactory, LoadSpec, Report, chat_body, run_closed_loop
 from load_tests.report_files import REPORTS, save_report
 
 PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -152,14 +153,38 @@ class RedisCommands:
         self._client.close()
 
 
+def conversation_body(tag: str, turns: int = 5) -> BodyFactory:
+    """Chat bodies of conversations (a system prompt, ``turns`` requests each): request ``i`` is
+    turn ``i % turns`` of conversation ``i // turns`` (the first turn a new conversation)."""
+    system = {"role": "system", "content": "You are a terse assistant."}
+
+    def make(i: int) -> bytes:
+        first = {"role": "user", "content": f"conversation {tag} {i // turns}"}
+        turn = i % turns
+        messages: list[dict[str, str]] = [system, first]
+        if turn:
+            messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": f"turn {turn}"}]
+        return json.dumps({"model": "bench", "messages": messages}).encode()
+
+    return make
+
+
 async def _load(
-    urls: list[str], key: str, seconds: float, concurrency: int, tag: str, temperature: float | None = None
+    urls: list[str],
+    key: str,
+    seconds: float,
+    concurrency: int,
+    tag: str,
+    temperature: float | None = None,
+    conversations: bool = False,
 ) -> list[Report]:
     per = max(1, concurrency // len(urls))
     specs = [
         LoadSpec(
             url=u + "/v1/chat/completions",
-            body=chat_body("bench", tag=f"{tag}-{i}", temperature=temperature),
+            body=conversation_body(f"{tag}-{i}")
+            if conversations
+            else chat_body("bench", tag=f"{tag}-{i}", temperature=temperature),
             headers={"authorization": f"Bearer {key}"},
             duration_s=seconds,
         )
@@ -169,7 +194,14 @@ async def _load(
 
 
 def run_one(
-    n: int, mock_port: int, seconds: float, concurrency: int, db: int, work: Path, temperature: float | None
+    n: int,
+    mock_port: int,
+    seconds: float,
+    concurrency: int,
+    db: int,
+    work: Path,
+    temperature: float | None,
+    conversations: bool = False,
 ) -> dict[str, Any]:
     prefix = f"sybench-{uuid.uuid4().hex[:8]}:"
     redis_url = f"{REDIS}/{db}"
@@ -199,7 +231,8 @@ def run_one(
             with RedisCommands(db) as redis_cmds:
                 cpu0 = sum(cpu_seconds(g.proc.pid) or 0.0 for g in gateways)
                 redis_cmds.start()
-                reports = asyncio.run(_load(urls, key, seconds, concurrency, "run", temperature))
+                load = _load(urls, key, seconds, concurrency, "run", temperature, conversations)
+                reports = asyncio.run(load)
                 ok = sum(r.ok for r in reports)
                 cpu1 = sum(cpu_seconds(g.proc.pid) or 0.0 for g in gateways)
                 time.sleep(1.0)  # the background settlements of the last requests
@@ -280,6 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--temperature", type=float, default=None, help="0: every request an exact-cache lookup (all misses)"
     )
+    parser.add_argument(
+        "--conversations",
+        action="store_true",
+        help="every request a conversation turn (a system prompt; a new conversation every 5th)",
+    )
     parser.add_argument("--redis-db", type=int, default=9, help="a Redis database the bench counts alone")
     parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args(argv)
@@ -294,7 +332,14 @@ def main(argv: list[str] | None = None) -> int:
                 work = Path(tmp)
                 rows.append(
                     run_one(
-                        n, mock.port, args.seconds, args.concurrency, args.redis_db, work, args.temperature
+                        n,
+                        mock.port,
+                        args.seconds,
+                        args.concurrency,
+                        args.redis_db,
+                        work,
+                        args.temperature,
+                        args.conversations,
                     )
                 )
                 print(rows[-1], flush=True)

@@ -173,19 +173,25 @@ def test_a_metered_request_costs_one_admission_and_one_settlement(
     assert tokens < 600  # the tokens-per-minute bucket was debited
 
 
-def test_stickiness_costs_one_read_per_conversation_request_and_nothing_otherwise(
-    tmp_path: Path, mock: MockUpstream, prefix: str
+@pytest.mark.parametrize("limited", [True, False], ids=["with-limits", "without-limits"])
+def test_stickiness_rides_on_the_limits_scripts(
+    tmp_path: Path, mock: MockUpstream, prefix: str, limited: bool
 ) -> None:
-    """With Redis, where a conversation lives is shared: a conversation request adds one GETEX
-    (and one background SET when its model is new or changed); a request that is not a
-    conversation adds nothing to the limits' two scripts."""
+    """With Redis, where a conversation lives is shared. With limits, its read rides on the
+    admission script and its write (a new or changed model) on the settlement script: a
+    conversation request costs the limits' two scripts and nothing more, like any request.
+    Without limits (no script to ride on) a conversation request costs one GETEX, and one SET
+    when its model is new; a request that is not a conversation costs nothing."""
     tenant = unique("sticky")
-    limits = f"limits: {{redis_url: '{REDIS_URL}', redis_prefix: '{prefix}', redis_timeout_s: 2, key_rpm: 100000}}\n"
+    rates = ", key_rpm: 100000" if limited else ""
+    limits = f"limits: {{redis_url: '{REDIS_URL}', redis_prefix: '{prefix}', redis_timeout_s: 2{rates}}}\n"
     text = mock_policy(mock.base_url, limits).replace(
         "routes:\n", "routes:\n  metered:\n    targets: [small]\n", 1
     )
-    text = text.replace("tenants:\n", f"tenants:\n  {tenant}:\n    budget: {{daily_usd: 5}}\n", 1)
+    if limited:
+        text = text.replace("tenants:\n", f"tenants:\n  {tenant}:\n    budget: {{daily_usd: 5}}\n", 1)
     gw = start_gateway(tmp_path, text)
+    scripts = ["EVALSHA"] * 2 if limited else []
     system = {"role": "system", "content": "You are terse."}
 
     def ask(messages: list[dict[str, str]]) -> None:
@@ -207,18 +213,21 @@ def test_stickiness_costs_one_read_per_conversation_request_and_nothing_otherwis
     try:
         ask([{"role": "user", "content": "warm up"}])
         time.sleep(0.5)
-        costs(lambda a: ask([{"role": "user", "content": f"one message {a}"}]), ["EVALSHA"] * 2)
+        costs(lambda a: ask([{"role": "user", "content": f"one message {a}"}]), scripts)
         first = {"role": "user", "content": "conversation"}
 
         def new_conversation(a: int) -> None:
             ask([system, {**first, "content": f"conversation {a}"}])
 
-        costs(new_conversation, ["EVALSHA", "EVALSHA", "GETEX", "SET"])
+        costs(new_conversation, scripts if limited else ["GETEX", "SET"])
 
         def next_turn(a: int) -> None:
             turn = [system, {**first, "content": "conversation 0"}, {"role": "assistant", "content": "ok"}]
             ask([*turn, {"role": "user", "content": f"and then {a}"}])
 
-        costs(next_turn, ["EVALSHA", "EVALSHA", "GETEX"])  # same model: no write
+        costs(next_turn, scripts if limited else ["GETEX"])  # same model: no write
+        client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+        stored = [client.get(k) for k in client.scan_iter(match=f"{prefix}sticky:*")]
+        assert stored and set(stored) == {"small"}, stored  # written, by a script or by SET
     finally:
         gw.stop()

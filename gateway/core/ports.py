@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from gateway.core.batch import Batch, Claimed, ItemResult, NewItem
+from gateway.core.carry import SharedRead, SharedWrite
 from gateway.core.ledger_row import LedgerRow
 from gateway.core.types import ChatResult, ChatStream, RawResult, RequestFacts, Target, Usage
 
@@ -254,10 +255,12 @@ class Limits(Protocol):
         *,
         body: Mapping[str, Any] | None = None,
         candidates: Sequence[Candidate] = (),
+        peek: SharedRead | None = None,
     ) -> Reservation | None:
         """Raise RateLimitError (429 with Retry-After) when a rate limit refuses. Given the
         ``body`` and budget ``candidates``, it may take the reservation too: what it returns
-        goes to ``reserve(held=...)`` (or ``release``/``finish``)."""
+        goes to ``reserve(held=...)`` (or ``release``/``finish``). ``peek``: a read it carries
+        when it sends a round trip to that Redis anyway (``done`` set)."""
         ...
 
     def candidate(
@@ -287,9 +290,11 @@ class Limits(Protocol):
         tokens: int,
         reservation: Reservation | None,
         cost: Decimal | None,
-    ) -> None:
+        put: SharedWrite | None = None,
+    ) -> bool:
         """A served request: its tokens to the key's tokens-per-minute bucket and the
-        reservation settled to ``cost`` (one background round trip with Redis)."""
+        reservation settled to ``cost`` (one background round trip with Redis, carrying
+        ``put`` when it is on that Redis: True; else the caller writes it)."""
         ...
 
     def release(self, reservation: Reservation | None) -> None: ...
@@ -408,15 +413,27 @@ class ResponseStore(Protocol):
 
 class Stickiness(Protocol):
     """Conversation key -> the catalog model that last served it (routing/sticky.py: in this
-    process; routing/sticky_redis.py: shared by every replica of one Redis, with a TTL)."""
+    process; routing/sticky_redis.py: shared by every replica of one Redis, with a TTL).
 
-    async def recall(self, key: str) -> str | None:
+    A shared store's read and write can ride on another part's Redis round trip (the limits'
+    scripts, core/carry.py): ``peek`` makes the read, ``recall`` takes it when it was carried;
+    ``remember`` returns the write, which the caller hands to a carrier or to ``write``."""
+
+    def peek(self, key: str) -> SharedRead | None:
+        """The read a carrier may make for ``recall`` (None: nothing shared to read)."""
+        ...
+
+    async def recall(self, key: str, peeked: SharedRead | None = None) -> str | None:
         """The conversation's model, or None (new, expired, or the store is unreachable)."""
         ...
 
-    def remember(self, key: str, model: str, recalled: str | None) -> None:
-        """``model`` served the conversation (``recalled``: what ``recall`` said; a shared
-        store writes only when it differs, in the background)."""
+    def remember(self, key: str, model: str, recalled: str | None) -> SharedWrite | None:
+        """``model`` served the conversation (``recalled``: what ``recall`` said). Returns the
+        shared write still to make (only when the model differs), for a carrier or ``write``."""
+        ...
+
+    def write(self, put: SharedWrite) -> None:
+        """Make a write ``remember`` returned that nothing carried (in the background)."""
         ...
 
     async def aclose(self) -> None: ...

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
+from gateway.core.carry import SharedRead, SharedWrite
 from gateway.core.ports import Reservation, SemanticResult
 from gateway.core.types import Principal, Target, Usage
 from gateway.routing.plan import RoutePlan
@@ -37,6 +38,8 @@ class Exchange:
     embedding: object = None  # vector of the last user message (shared with the classifier)
     reservation: Reservation | None = None  # what the budgets hold for this request
     conversation: str | None = None  # routing/sticky.py: keeps its model while it serves
+    sticky_read: SharedRead | None = None  # its shared model, read by the admission script
+    sticky_write: SharedWrite | None = None  # its new model, for the settlement script to write
     task: str | None = None  # RequestRecord.task(), for the ledger row and the learned routes
     cascade: str | None = None  # a cascade route: "accepted" | "escalated" | "declined-stream"
     zero_baseline: bool = False  # an escalated cascade attempt: it saved nothing (baseline 0)

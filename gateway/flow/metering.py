@@ -107,13 +107,18 @@ def _settle(svc: Services, ex: Exchange, cost: Decimal | None) -> None:
     """Budgets: settle the reservation to the real cost, the one the ledger row carries (release
     it when nothing was served, or the request failed before any usage was known); charge the
     tokens to the key's tokens-per-minute limit. A request that failed inside the gateway after
-    the upstream answered is settled to what the upstream billed, so budgets and ledger agree."""
+    the upstream answered is settled to what the upstream billed, so budgets and ledger agree.
+    A conversation's new sticky model rides on the settlement's script when there is one."""
     reservation, ex.reservation = ex.reservation, None
+    put, ex.sticky_write = ex.sticky_write, None
     if ex.target is None or ex.cache_hit or (ex.status == "error" and not cost):
         svc.limits.release(reservation)
-        return
-    tokens = (ex.usage.input_tokens or 0) + (ex.usage.output_tokens or 0)
-    svc.limits.finish(svc.policy, ex.principal.key_id, tokens, reservation, cost)
+    else:
+        tokens = (ex.usage.input_tokens or 0) + (ex.usage.output_tokens or 0)
+        if svc.limits.finish(svc.policy, ex.principal.key_id, tokens, reservation, cost, put):
+            put = None  # the settlement's script carries the conversation's model
+    if put is not None:
+        svc.sticky.write(put)
 
 
 def _metrics(svc: Services, ex: Exchange, served: Target | None, cost: Decimal | None, total: float) -> None:

@@ -51,7 +51,6 @@ async def serve(svc: Services, inbound: Inbound, ex: Exchange) -> Reply:
         ex.task = rec.task()
         plan = await admit(svc, rec, ex)
         rec = compress.step(inbound, plan, ex)  # the route's prompt compression, wire and record
-        ex.conversation = conversation_key(ex.principal.tenant, plan.name, rec.body, rec.conversation_hint)
         inbound.apply(plan.policy.params)
         rec = inbound.record
         key = caching.cache_key(svc, plan, inbound, ex)
@@ -107,16 +106,24 @@ async def passthrough(svc: Services, endpoint: str, body: dict[str, Any], ex: Ex
 async def admit(svc: Services, rec: RequestRecord, ex: Exchange, kind: str = "chat") -> RoutePlan:
     """Route the request, then apply the rate limits. With shared (Redis) limits the budget
     reservation ``reserve`` will need (on the body with the route's params) is taken in the
-    same round trip (routes with a classifier excepted: their plan is known only later)."""
+    same round trip (routes with a classifier excepted: their plan is known only later), and
+    so is the read of a conversation's shared sticky model (named here, on the body as sent)."""
     plan = ex.plan = svc.router.resolve(rec.model, ex.principal, kind)
     svc.router.require_targets(plan)  # refused with the route known: its row names it
     who = ex.principal
+    peek = None
+    if kind == "chat":  # the conversation's sticky model is read in the same round trip
+        ex.conversation = conversation_key(who.tenant, plan.name, rec.body, rec.conversation_hint)
+        if ex.conversation is not None:
+            peek = ex.sticky_read = svc.sticky.peek(ex.conversation)
     if plan.auto is not None or not svc.limits.shared:
-        await svc.limits.admit(svc.policy, who.tenant, who.key_id)
+        await svc.limits.admit(svc.policy, who.tenant, who.key_id, peek=peek)
         return plan
     cands = _candidates(svc, plan, ex)[1]
     body = apply_params(rec.body, plan.policy.params)
-    ex.reservation = await svc.limits.admit(svc.policy, who.tenant, who.key_id, body=body, candidates=cands)
+    ex.reservation = await svc.limits.admit(
+        svc.policy, who.tenant, who.key_id, body=body, candidates=cands, peek=peek
+    )
     return plan
 
 

@@ -39,15 +39,15 @@ async def attempt(svc: Services, plan: RoutePlan, ex: Exchange, fn: Call[_R]) ->
         svc.metrics.upstream_errors.labels(target.provider, target.model, exc.code or "error").inc()
 
     conversation = ex.conversation
-    known = None if conversation is None else await svc.sticky.recall(conversation)
+    known = None if conversation is None else await svc.sticky.recall(conversation, ex.sticky_read)
     plan, sticky = prefer(plan, known)  # the conversation's model first
     plan = svc.engines.spill(plan, svc.metrics.count_spillover)  # saturated engines go last
     outcome = await run_with_fallback(plan, call, svc.breakers, started=ex.started, on_error=on_error)
     ex.target = outcome.target
     if sticky and outcome.target.model == plan.targets[0].model:
         ex.route_decision = "sticky"
-    if conversation is not None:
-        svc.sticky.remember(conversation, outcome.target.model, known)
+    if conversation is not None:  # written by the settlement's script, or by the store itself
+        ex.sticky_write = svc.sticky.remember(conversation, outcome.target.model, known)
     return outcome.value
 
 

@@ -25,6 +25,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from gateway.config.policy import BudgetPolicy, Policy, RoutePolicy
+from gateway.core.carry import SharedRead, SharedWrite
 from gateway.core.errors import ServiceUnavailableError
 from gateway.core.ports import Spawn, TaskHandle
 from gateway.core.types import Target
@@ -152,12 +153,15 @@ class Limits:
         *,
         body: Mapping[str, Any] | None = None,
         candidates: Sequence[Candidate] = (),
+        peek: SharedRead | None = None,
     ) -> Admission | None:
         """Apply the tenant's and key's request/token rate limits; 429 with Retry-After.
 
         With Redis, a ``body`` and the budget ``candidates`` it will be reserved on, the
         worst-case reservation is taken in the same script: the ``Admission`` returned goes
-        back to ``reserve`` (and to ``release``/``finish`` if the request ends before)."""
+        back to ``reserve`` (and to ``release``/``finish`` if the request ends before).
+        ``peek``: another part's read on the same Redis, carried by the script when one runs
+        (``peek.done`` says so; else its owner reads it)."""
         if key_id is not None and time.monotonic() - self._key_limits_at > KEY_LIMITS_TTL_S:
             self.refresh_key_limits()
         checks = self.plans.rates(policy, tenant, key_id)[0]
@@ -169,12 +173,12 @@ class Limits:
         refusal = None
         if self.redis is not None:
             try:
-                if budgeted is None:
+                if budgeted is None and peek is None:
                     refusal = await self.redis.apply(checks)
                 else:
-                    pairs = [(lines, amount) for _, lines, amount in budgeted]
-                    refusal, chosen, first = await self.redis.admit(checks, pairs)
-                    if refusal is None:
+                    pairs = [(lines, amount) for _, lines, amount in budgeted or ()]
+                    refusal, chosen, first = await self.redis.admit(checks, pairs, peek)
+                    if refusal is None and budgeted is not None:
                         return self._admission(budgeted, chosen, first)
             except Exception as exc:
                 self._backend_failed(exc)
@@ -336,10 +340,12 @@ class Limits:
         tokens: int,
         reservation: Reservation | Admission | None,
         cost: Decimal | None,
-    ) -> None:
+        put: SharedWrite | None = None,
+    ) -> bool:
         """A served request: charge ``tokens`` to the key's tokens-per-minute bucket and settle
         the reservation to ``cost`` (as ``record_tokens`` + ``settle``); with Redis both go
-        in one script, in the background."""
+        in one script, in the background. ``put``: another part's write on the same Redis,
+        carried by that script when one runs; returns whether it was (else its owner writes)."""
         debits: tuple[BucketCheck, ...] = ()
         if key_id is not None and tokens > 0:
             tpm = self.plans.rates(policy, "", key_id)[1]
@@ -357,19 +363,22 @@ class Limits:
                 self.buckets.apply(debits)
             if delta:
                 self.book.adjust(lines, delta)
-            return
+            return False
         if delta and res is not None and not res.remote:  # held in process (a fallback)
             self.book.adjust(lines, delta)
             lines, delta = (), 0
-        if debits or delta:
-            self._spawn(self._remote_finish(debits, lines, delta))
+        if not (debits or delta):
+            return False
+        carried = self.redis.carries(put)
+        self._spawn(self._remote_finish(debits, lines, delta, put if carried else None))
+        return carried
 
     async def _remote_finish(
-        self, debits: Sequence[BucketCheck], lines: Sequence[BudgetLine], delta: int
+        self, debits: Sequence[BucketCheck], lines: Sequence[BudgetLine], delta: int, put: SharedWrite | None
     ) -> None:
         assert self.redis is not None
         try:
-            await self.redis.finish(debits, lines, delta)
+            await self.redis.finish(debits, lines, delta, put)
         except Exception as exc:
             self._backend_failed(exc, background=True)
             if debits:

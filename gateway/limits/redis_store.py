@@ -6,7 +6,9 @@ use Redis' own clock (``TIME``) so replicas with skewed clocks agree.
 
 A request needs two: ``admit`` (every rate-limit bucket, then the worst-case reservation on
 the first candidate route whose budgets all allow it; awaited) and ``finish`` (the
-tokens-per-minute debit and the budget settlement together; off the response's path).
+tokens-per-minute debit and the budget settlement together; off the response's path). Each
+may carry one read or write of another part on the same Redis (core/carry.py: a
+conversation's sticky model), which then costs no round trip of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
+from gateway.core.carry import SharedRead, SharedWrite
 from gateway.limits.budgets import BudgetLine
 from gateway.limits.ratelimit import BucketCheck
 
@@ -73,22 +76,31 @@ end
 return 0
 """
 
-# One admission: ARGV = nb, (cap, cost, mode) x nb, nc, then per candidate: n, amount,
-# (limit, ttl) x n; KEYS = the nb bucket keys, then each candidate's n counter keys. Returns
-# {1, bucket, wait} when a bucket refuses (nothing charged), else (buckets charged)
-# {0, chosen candidate or 0 when every one refused, the first candidate's refusing line}.
+# One admission: ARGV = np (1: a carried read, then its ttl in ms; else 0), nb, (cap, cost,
+# mode) x nb, nc, then per candidate: n, amount, (limit, ttl) x n; KEYS = the carried read's
+# key (np = 1), the nb bucket keys, then each candidate's n counter keys. Returns {1, bucket,
+# wait} when a bucket refuses (nothing charged), else (buckets charged) {0, chosen candidate or
+# 0 when every one refused, the first candidate's refusing line, the carried read's value}.
 _ADMIT_LUA: Final = """
+local np = tonumber(ARGV[1])
+local peeked = false
+if np == 1 then
+  peeked = redis.call('GET', KEYS[1])
+  if peeked then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+end
+local ko = np
+local ao = 1 + np
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local nb = tonumber(ARGV[1])
+local nb = tonumber(ARGV[ao + 1])
 local after = {}
 for i = 1, nb do
-  local base = 1 + (i - 1) * 3
+  local base = ao + 1 + (i - 1) * 3
   local cap = tonumber(ARGV[base + 1])
   local cost = tonumber(ARGV[base + 2])
   local mode = ARGV[base + 3]
   local rate = cap / 60.0
-  local v = redis.call('HMGET', KEYS[i], 't', 'ts')
+  local v = redis.call('HMGET', KEYS[ko + i], 't', 'ts')
   local tokens = tonumber(v[1])
   local ts = tonumber(v[2])
   if tokens == nil or ts == nil then tokens = cap; ts = now end
@@ -104,14 +116,14 @@ for i = 1, nb do
   after[i] = tokens
 end
 for i = 1, nb do
-  local cap = tonumber(ARGV[1 + (i - 1) * 3 + 1])
-  redis.call('HSET', KEYS[i], 't', tostring(after[i]), 'ts', tostring(now))
-  redis.call('EXPIRE', KEYS[i], 120 + math.ceil(60 * math.max(1, -after[i]) / cap))
+  local cap = tonumber(ARGV[ao + 1 + (i - 1) * 3 + 1])
+  redis.call('HSET', KEYS[ko + i], 't', tostring(after[i]), 'ts', tostring(now))
+  redis.call('EXPIRE', KEYS[ko + i], 120 + math.ceil(60 * math.max(1, -after[i]) / cap))
 end
-local a = 2 + nb * 3
+local a = ao + 2 + nb * 3
 local nc = tonumber(ARGV[a])
 a = a + 1
-local k = nb
+local k = ko + nb
 local first = 0
 for c = 1, nc do
   local n = tonumber(ARGV[a])
@@ -128,35 +140,40 @@ for c = 1, nc do
       redis.call('INCRBY', KEYS[k + j], amount)
       redis.call('EXPIRE', KEYS[k + j], tonumber(ARGV[a + j * 2 + 1]))
     end
-    return {0, c, first}
+    return {0, c, first, peeked}
   end
   if first == 0 then first = refused end
   a = a + 2 + n * 2
   k = k + n
 end
-return {0, 0, first}
+return {0, 0, first, peeked}
 """
 
-# After the call: ARGV = nb, (cap, cost) x nb, delta; KEYS = nb token buckets (debited
+# After the call: ARGV = np (1: a carried write, then its value and ttl in ms; else 0), nb,
+# (cap, cost) x nb, delta; KEYS = the carried write's key (np = 1), nb token buckets (debited
 # unconditionally), then the reservation's counters (moved by delta where they still exist).
 _FINISH_LUA: Final = """
+local np = tonumber(ARGV[1])
+if np == 1 then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
+local ko = np
+local ao = 1 + np * 2
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local nb = tonumber(ARGV[1])
+local nb = tonumber(ARGV[ao + 1])
 for i = 1, nb do
-  local cap = tonumber(ARGV[i * 2])
-  local cost = tonumber(ARGV[i * 2 + 1])
-  local v = redis.call('HMGET', KEYS[i], 't', 'ts')
+  local cap = tonumber(ARGV[ao + i * 2])
+  local cost = tonumber(ARGV[ao + i * 2 + 1])
+  local v = redis.call('HMGET', KEYS[ko + i], 't', 'ts')
   local tokens = tonumber(v[1])
   local ts = tonumber(v[2])
   if tokens == nil or ts == nil then tokens = cap; ts = now end
   tokens = math.min(cap, tokens + math.max(0, now - ts) * cap / 60.0) - cost
-  redis.call('HSET', KEYS[i], 't', tostring(tokens), 'ts', tostring(now))
-  redis.call('EXPIRE', KEYS[i], 120 + math.ceil(60 * math.max(1, -tokens) / cap))
+  redis.call('HSET', KEYS[ko + i], 't', tostring(tokens), 'ts', tostring(now))
+  redis.call('EXPIRE', KEYS[ko + i], 120 + math.ceil(60 * math.max(1, -tokens) / cap))
 end
-local delta = ARGV[nb * 2 + 2]
+local delta = ARGV[ao + nb * 2 + 2]
 if tonumber(delta) ~= 0 then
-  for i = nb + 1, #KEYS do
+  for i = ko + nb + 1, #KEYS do
     if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('INCRBY', KEYS[i], delta) end
   end
 end
@@ -185,16 +202,23 @@ class RedisStore:
         self._finish = self._client.register_script(_FINISH_LUA)
 
     async def admit(
-        self, checks: Sequence[BucketCheck], candidates: Sequence[tuple[Sequence[BudgetLine], int]]
+        self,
+        checks: Sequence[BucketCheck],
+        candidates: Sequence[tuple[Sequence[BudgetLine], int]],
+        peek: SharedRead | None = None,
     ) -> tuple[tuple[int, float] | None, int | None, int | None]:
         """Every bucket, then a reservation of ``amount`` on all the lines of the first
         candidate (lines, amount) they allow, in one script. Returns (bucket refusal as in
         ``apply``: nothing charged; else None, the buckets charged), the index of the
         candidate reserved on (None: every one refused, or the buckets did), and the index of
-        the line that refused the first candidate (None when it fit)."""
+        the line that refused the first candidate (None when it fit). ``peek``: a read carried
+        in the same script (filled in, ``done``), when it is on this Redis."""
         now = time.time()
-        keys = [self.prefix + "rl:" + c.key for c in checks]
-        args: list[str | int | float] = [len(checks)]
+        carried = peek is not None and peek.url == self.url
+        keys = [peek.key] if carried and peek is not None else []
+        args: list[str | int | float] = [1, peek.ttl_ms] if carried and peek is not None else [0]
+        keys += [self.prefix + "rl:" + c.key for c in checks]
+        args.append(len(checks))
         for c in checks:
             args += [c.capacity, c.cost, c.mode]
         args.append(len(candidates))
@@ -206,14 +230,32 @@ class RedisStore:
         reply = await self._admit(keys=keys, args=args)
         if int(reply[0]) == 1:
             return (int(reply[1]) - 1, float(reply[2])), None, None
+        if carried and peek is not None:
+            value = reply[3] if len(reply) > 3 else None
+            peek.value, peek.done = (None if value is None else str(value)), True
         chosen, first = int(reply[1]), int(reply[2])
         return None, (chosen - 1 if chosen else None), (first - 1 if first else None)
 
-    async def finish(self, debits: Sequence[BucketCheck], lines: Sequence[BudgetLine], delta: int) -> None:
+    def carries(self, write: SharedWrite | None) -> bool:
+        """``write`` can ride on ``finish`` (it is on this Redis)."""
+        return write is not None and write.url == self.url
+
+    async def finish(
+        self,
+        debits: Sequence[BucketCheck],
+        lines: Sequence[BudgetLine],
+        delta: int,
+        put: SharedWrite | None = None,
+    ) -> None:
         """Debit ``debits`` (token buckets, unconditionally) and move ``lines`` by ``delta``
-        nanos, in one script: what a request leaves on the limits once it is over."""
-        keys = [self.prefix + "rl:" + c.key for c in debits]
-        args: list[str | int | float] = [len(debits)]
+        nanos, in one script: what a request leaves on the limits once it is over; ``put``: a
+        write carried in the same script (on this Redis: see ``carries``)."""
+        keys: list[str] = []
+        args: list[str | int | float] = [0]
+        if put is not None and self.carries(put):
+            keys, args = [put.key], [1, put.value, put.ttl_ms]
+        keys += [self.prefix + "rl:" + c.key for c in debits]
+        args.append(len(debits))
         for c in debits:
             args += [c.capacity, c.cost]
         args.append(delta)

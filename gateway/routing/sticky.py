@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from gateway.core.carry import SharedRead, SharedWrite
 from gateway.routing.plan import RoutePlan
 
 
@@ -89,16 +90,23 @@ class StickyConversations:
         """``plan`` with the conversation's model tried first; True when that reordered it."""
         return prefer(plan, self.model(key))
 
-    async def recall(self, key: str) -> str | None:
+    def peek(self, key: str) -> SharedRead | None:
+        return None  # nothing shared: no read for a carrier
+
+    async def recall(self, key: str, peeked: SharedRead | None = None) -> str | None:
         return self.model(key)
 
-    def remember(self, key: str | None, model: str, recalled: str | None = None) -> None:
+    def remember(self, key: str | None, model: str, recalled: str | None = None) -> SharedWrite | None:
         if key is None:
-            return
+            return None
         self._models[key] = (self._clock(), model)
         self._models.move_to_end(key)
         while len(self._models) > self.max_entries:
             self._models.popitem(last=False)
+        return None
+
+    def write(self, put: SharedWrite) -> None:
+        return None
 
     async def aclose(self) -> None:
         return None

@@ -2,13 +2,16 @@
 another replica keeps its model there too (and so the provider's prompt cache).
 
 One string per conversation, ``{prefix}{conversation key}`` -> model, expiring ``ttl_s`` after
-its last use. A conversation request costs one ``GETEX`` (read, and push the expiry back), and
-a ``SET`` in the background only when the model that served differs from the one read (a new
-conversation, or a fallback that now keeps it); a request that is not a conversation costs
-nothing. Redis failing (or slow past ``timeout_s``) is counted through ``on_error`` and the
-replica falls back to what it learnt itself (``StickyConversations``), never a failed request;
-after a failure it leaves Redis alone for ``COOLDOWN_S`` (an outage costs each request no
-timeout), and says so in the log at most once a minute.
+its last use. A conversation request reads it (and pushes the expiry back) and writes it only
+when the model that served differs from the one read (a new conversation, or a fallback that
+now keeps it). Both ride on the limits' scripts when the request sends them (core/carry.py:
+the admission script reads, the settlement script writes): then stickiness costs no round
+trip of its own. Else the read is one ``GETEX`` and the write one ``SET`` in the background; a
+request that is not a conversation costs nothing. Redis failing (or slow past ``timeout_s``)
+is counted through ``on_error`` and the replica falls back to what it learnt itself
+(``StickyConversations``), never a failed request; after a failure it leaves Redis alone for
+``COOLDOWN_S`` (an outage costs each request no timeout), and says so in the log at most once
+a minute.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from gateway.core.carry import SharedRead, SharedWrite
 from gateway.core.ports import Spawn, TaskHandle
 from gateway.routing.sticky import StickyConversations
 
@@ -40,6 +44,7 @@ class RedisSticky:
     ) -> None:
         import redis.asyncio as aioredis
 
+        self.url = url
         self.prefix = prefix
         self.ttl_ms = max(1, int(ttl_s * 1000))
         self.local = local if local is not None else StickyConversations(ttl_s=ttl_s)
@@ -56,7 +61,14 @@ class RedisSticky:
     def __len__(self) -> int:
         return len(self.local)
 
-    async def recall(self, key: str) -> str | None:
+    def peek(self, key: str) -> SharedRead | None:
+        if time.monotonic() < self._down_until:
+            return None  # resting after a failure: the local memory answers
+        return SharedRead(self.url, self.prefix + key, self.ttl_ms)
+
+    async def recall(self, key: str, peeked: SharedRead | None = None) -> str | None:
+        if peeked is not None and peeked.done:
+            return peeked.value  # a carrier (the limits' admission script) read it
         if time.monotonic() < self._down_until:
             return self.local.model(key)
         try:
@@ -66,15 +78,19 @@ class RedisSticky:
             return self.local.model(key)
         return None if model is None else str(model)
 
-    def remember(self, key: str, model: str, recalled: str | None) -> None:
+    def remember(self, key: str, model: str, recalled: str | None) -> SharedWrite | None:
         self.local.remember(key, model)  # what this replica falls back on while Redis is away
-        if model != recalled and time.monotonic() >= self._down_until:
-            self._tasks = {t for t in self._tasks if not t.done()}
-            self._tasks.add(self._spawn(self._set(key, model)))
+        if model == recalled or time.monotonic() < self._down_until:
+            return None
+        return SharedWrite(self.url, self.prefix + key, model, self.ttl_ms)
 
-    async def _set(self, key: str, model: str) -> None:
+    def write(self, put: SharedWrite) -> None:
+        self._tasks = {t for t in self._tasks if not t.done()}
+        self._tasks.add(self._spawn(self._set(put)))
+
+    async def _set(self, put: SharedWrite) -> None:
         try:
-            await self._client.set(self.prefix + key, model, px=self.ttl_ms)
+            await self._client.set(put.key, put.value, px=put.ttl_ms)
         except Exception as exc:
             self._failed("write", exc)
 
