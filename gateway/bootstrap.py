@@ -26,7 +26,7 @@ from gateway.core.ports import BatchUpstream, ExactCache, Ledger, Provider, Stic
 from gateway.flow import learning
 from gateway.flow.batch_runner import BatchRunner
 from gateway.flow.services import Services, TaskOwner
-from gateway.ledger.batch_files import LocalFileStore
+from gateway.ledger.batch_files import open_file_store
 from gateway.ledger.batches import open_batch_store
 from gateway.ledger.feedback import FeedbackStore
 from gateway.ledger.open import open_ledger
@@ -323,6 +323,8 @@ class Gateway:
             svc.batches.close()
         if svc.feedback is not None:
             svc.feedback.close()
+        if svc.files is not None:
+            svc.files.close()
         self._key_store.close()
 
 
@@ -410,7 +412,7 @@ async def start(settings: Settings, progress: StartProgress | None = None) -> Ga
         responses=responses,
         sticky=_sticky(settings, policy, metrics, tasks),
         batches=open_batch_store(settings.ledger_url),  # tables of the ledger's migrations
-        files=LocalFileStore(settings.home / "files"),
+        files=open_file_store(settings.ledger_url, settings.home),  # PostgreSQL: shared by replicas
         batch_upstreams=_batch_upstreams(policy),
         feedback=None if settings.ledger_url.strip() == "none" else FeedbackStore(settings.ledger_url),
     )

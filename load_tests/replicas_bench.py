@@ -202,6 +202,7 @@ def run_one(
     work: Path,
     temperature: float | None,
     conversations: bool = False,
+    root: Path | None = None,
 ) -> dict[str, Any]:
     prefix = f"sybench-{uuid.uuid4().hex[:8]}:"
     redis_url = f"{REDIS}/{db}"
@@ -221,6 +222,7 @@ def run_one(
                     None,
                     extra_env={"SWITCHYARD_LEDGER": ledger},
                     policy_template=policy,
+                    root=root,
                 )
                 gateways.append(gw)
                 key = key or made  # one key, made on the first replica, used on every one
@@ -318,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="every request a conversation turn (a system prompt; a new conversation every 5th)",
     )
+    parser.add_argument(
+        "--gateway-root", type=Path, default=None, help="run the gateway code of this tree (a git worktree)"
+    )
     parser.add_argument("--redis-db", type=int, default=9, help="a Redis database the bench counts alone")
     parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args(argv)
@@ -340,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                         work,
                         args.temperature,
                         args.conversations,
+                        args.gateway_root,
                     )
                 )
                 print(rows[-1], flush=True)

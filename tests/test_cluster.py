@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 import httpx2 as httpx
+import orjson
 import pytest
 import redis
 
@@ -190,6 +191,47 @@ def test_a_responses_chain_continues_on_another_replica(three: Cluster, key: str
     assert second.status_code == 200, second.text
     sent = repr(mock.requests()[-1]["body"])
     assert f"remember {RUN}" in sent  # replica 1 read the chain replica 0 stored
+
+
+def test_a_batch_flow_spread_over_the_replicas(three: Cluster, key: str) -> None:
+    """The openai SDK's batch flow with each step on another replica: the input file uploaded
+    through one, the batch created through the next, polled through the third, its output
+    file downloaded through the first (files live in the shared database, not a replica's
+    home; the batch runs on whichever replica claims its items)."""
+    import openai
+
+    def sdk(i: int) -> openai.OpenAI:
+        return openai.OpenAI(base_url=three.replica_url(i) + "/v1", api_key=key, max_retries=0)
+
+    lines = [
+        {
+            "custom_id": f"row-{n}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": ask(f"batch item {n} {RUN}"),
+        }
+        for n in range(3)
+    ]
+    data = "\n".join(orjson.dumps(line).decode() for line in lines).encode()
+    uploaded = sdk(0).files.create(file=("in.jsonl", data), purpose="batch")
+    assert sdk(2).files.retrieve(uploaded.id).bytes == len(data)
+    batch = sdk(1).batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    deadline = time.monotonic() + 60
+    while batch.status not in ("completed", "failed", "expired", "cancelled") and time.monotonic() < deadline:
+        time.sleep(0.3)
+        batch = sdk(2).batches.retrieve(batch.id)
+    assert batch.status == "completed", batch
+    assert batch.request_counts is not None and batch.request_counts.completed == 3
+    assert batch.output_file_id is not None
+    out = sdk(0).files.content(batch.output_file_id).text.splitlines()
+    assert sorted(orjson.loads(x)["custom_id"] for x in out) == ["row-0", "row-1", "row-2"]
+    listed = [f.id for f in sdk(1).files.list(purpose="batch")]
+    assert uploaded.id in listed
+    assert sdk(2).files.delete(uploaded.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        sdk(0).files.retrieve(uploaded.id)
 
 
 def test_a_conversation_keeps_its_model_on_every_replica(

@@ -476,7 +476,9 @@ class BatchStore(Protocol):
 
 
 class FileStore(Protocol):
-    """The Files API's files, per tenant (metadata as OpenAI's file object)."""
+    """The Files API's files, per tenant (metadata as OpenAI's file object): in a local
+    directory (ledger/batch_files.py) or, with a PostgreSQL ledger, in its database, shared
+    by every replica (ledger/batch_files_pg.py)."""
 
     async def put(self, tenant: str, purpose: str, filename: str, data: bytes) -> dict[str, Any]: ...
 
@@ -487,6 +489,8 @@ class FileStore(Protocol):
     async def listing(self, tenant: str, purpose: str | None) -> list[dict[str, Any]]: ...
 
     async def delete(self, tenant: str, file_id: str) -> bool: ...
+
+    def close(self) -> None: ...
 
 
 class BatchUpstream(Protocol):

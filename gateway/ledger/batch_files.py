@@ -1,4 +1,5 @@
-"""The Files API's storage (core.ports.FileStore): a local directory, by default
+"""The Files API's storage (core.ports.FileStore) for one process (with a PostgreSQL ledger
+``open_file_store`` takes the database's, shared by replicas): a local directory,
 ``<SWITCHYARD_HOME>/files``, one folder per tenant (named by a hash of the tenant, so a
 tenant's name never becomes a path), each file beside its metadata (``<id>.json``). Writes
 go to a temporary name, are fsynced and renamed into place: a crash leaves a whole file or
@@ -16,13 +17,31 @@ from typing import Any
 
 import orjson
 
+from gateway.core.ports import FileStore
+from gateway.ledger.sqlite import is_postgres_url
+
 
 def _tenant_dir(root: Path, tenant: str) -> Path:
     return root / hashlib.blake2b(tenant.encode(), digest_size=12).hexdigest()
 
 
-def _valid_id(file_id: str) -> bool:
+def valid_id(file_id: str) -> bool:
     return file_id.startswith("file-") and file_id[5:].isalnum() and len(file_id) <= 64
+
+
+def new_file(purpose: str, filename: str, size: int) -> dict[str, Any]:
+    """A new file's metadata, as OpenAI's file object."""
+    return {
+        "id": "file-" + os.urandom(12).hex(),
+        "object": "file",
+        "bytes": size,
+        "created_at": int(time.time()),
+        "filename": filename,
+        "purpose": purpose,
+        "status": "processed",
+        "status_details": None,
+        "expires_at": None,
+    }
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -39,17 +58,7 @@ class LocalFileStore:
         self.root = root
 
     async def put(self, tenant: str, purpose: str, filename: str, data: bytes) -> dict[str, Any]:
-        meta = {
-            "id": "file-" + os.urandom(12).hex(),
-            "object": "file",
-            "bytes": len(data),
-            "created_at": int(time.time()),
-            "filename": filename,
-            "purpose": purpose,
-            "status": "processed",
-            "status_details": None,
-            "expires_at": None,
-        }
+        meta = new_file(purpose, filename, len(data))
 
         def write() -> None:
             folder = _tenant_dir(self.root, tenant)
@@ -61,7 +70,7 @@ class LocalFileStore:
         return meta
 
     def _meta(self, tenant: str, file_id: str) -> dict[str, Any] | None:
-        if not _valid_id(file_id):
+        if not valid_id(file_id):
             return None
         try:
             meta: dict[str, Any] = orjson.loads(
@@ -111,3 +120,16 @@ class LocalFileStore:
             return True
 
         return await asyncio.to_thread(remove)
+
+    def close(self) -> None:
+        return None
+
+
+def open_file_store(ledger_url: str, home: Path) -> FileStore:
+    """With a PostgreSQL ledger the files live in its database (every replica reads them);
+    else in ``home/files``."""
+    if is_postgres_url(ledger_url):
+        from gateway.ledger.batch_files_pg import PgFileStore
+
+        return PgFileStore(ledger_url)
+    return LocalFileStore(home / "files")

@@ -65,7 +65,7 @@ from typing import Any, Final, Protocol
 from gateway.core.ledger_row import LedgerRow
 
 TABLE: Final = "ledger"
-SCHEMA_VERSION: Final = 13
+SCHEMA_VERSION: Final = 14
 COLUMNS: Final[tuple[str, ...]] = tuple(f.name for f in fields(LedgerRow))
 SQLITE_COLUMNS: Final = (*COLUMNS, "cost_e10", "baseline_e10")
 
@@ -304,6 +304,26 @@ def _v13(real: str, if_not: str) -> tuple[str, ...]:
     )
 
 
+FILES_TABLE: Final = "batch_files"
+
+
+def _v14_postgres() -> tuple[str, ...]:
+    """The Files API's files, shared by replicas (ledger/batch_files_pg.py; on SQLite a single
+    process keeps them in a local directory)."""
+    return (
+        f"""CREATE TABLE IF NOT EXISTS {FILES_TABLE} (
+        tenant TEXT NOT NULL,
+        id TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        meta BYTEA NOT NULL,
+        data BYTEA NOT NULL,
+        PRIMARY KEY (tenant, id)
+    )""",
+        f"CREATE INDEX IF NOT EXISTS ix_{FILES_TABLE}_tenant_created ON {FILES_TABLE} (tenant, created_at)",
+    )
+
+
 SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     1: _v1("TEXT", "REAL", "INTEGER PRIMARY KEY"),
     2: (
@@ -336,6 +356,7 @@ SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     11: (),  # stored responses: their own file on SQLite (ledger/responses.py)
     12: _v12("REAL", "BLOB", ""),
     13: _v13("REAL", ""),
+    14: (),  # the Files API's files: a local directory (ledger/batch_files.py)
 }
 
 POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -367,6 +388,7 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     11: stored_responses_sql("DOUBLE PRECISION", "BYTEA"),
     12: _v12("DOUBLE PRECISION", "BYTEA", "IF NOT EXISTS "),
     13: _v13("DOUBLE PRECISION", "IF NOT EXISTS "),
+    14: _v14_postgres(),
 }
 
 MIGRATIONS_TABLE_SQL: Final = (
