@@ -134,3 +134,32 @@ def test_only_changes_to_keys_in_use_move_the_counter(stores: list[KeyStoreBase]
     assert store.version() == before + 1
     assert store.revoke(rec.key_id) and store.version() == before + 2
     assert not store.revoke(rec.key_id) and store.version() == before + 2  # nothing changed
+
+
+def test_a_watched_replica_never_reloads_limits_on_the_event_loop(stores: list[KeyStoreBase]) -> None:
+    """The watch reads the counter and (when it moves) every key's limits in a thread; while
+    it runs, the limits' periodic reload, a query on the loop, is not needed and never runs."""
+    import threading
+
+    store = stores[0]
+    _, rec = store.create("acme")
+    store.set_limits(rec.key_id, LIMITS)
+    loads: list[str] = []
+
+    def load() -> dict[str, KeyLimits]:
+        loads.append(threading.current_thread().name)
+        return store.all_limits()
+
+    limits = Limits(key_limits=load, spawn=TaskOwner().spawn)
+    watch = KeyWatch(store, KeyCache(store, ttl=60.0), limits, interval_s=0.05)
+
+    async def scenario() -> None:
+        loop_thread = threading.current_thread().name
+        await watch.check()  # the first read loads every key's limits, off the loop
+        assert limits.key_limits(rec.key_id) == LIMITS
+        limits._key_limits_at -= 10  # as if the periodic reload were due ...
+        await watch.check()  # ... the watch saw no change: the limits are confirmed current
+        assert limits.key_limits(rec.key_id) == LIMITS
+        assert loop_thread not in loads
+
+    asyncio.run(scenario())

@@ -119,6 +119,11 @@ class Limits:
                 fresh = self._key_limits
             self.replace_key_limits(fresh)
 
+    def confirm_key_limits(self) -> None:
+        """The limits held are still the store's (a KeyWatch saw its counter unmoved): the
+        periodic reload waits another ``KEY_LIMITS_TTL_S``."""
+        self._key_limits_at = time.monotonic()
+
     def replace_key_limits(self, fresh: dict[str, KeyLimits]) -> None:
         """Every key's limits as the store has them now (read off the loop by a KeyWatch)."""
         self._key_limits_at = time.monotonic()

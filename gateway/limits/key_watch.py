@@ -4,7 +4,9 @@ The key store keeps one change counter (``key_store_version``), bumped after eve
 and limits change, whoever makes it: another replica's admin API or the CLI writing
 the store directly. ``KeyWatch.run`` reads it every ``interval_s`` (one one-row query, off the
 event loop); when it moves, the replica drops its cached keys (a revoked key is refused on its
-next request) and reloads every key's limits. With a PostgreSQL key store that is every
+next request) and reloads every key's limits (off the loop too). While it reads the counter,
+the limits' own periodic reload (a query on the event loop) never runs: it is only the
+fallback for a replica whose watch cannot reach the store. With a PostgreSQL key store that is every
 replica sharing the database; with the SQLite store under ``SWITCHYARD_HOME``, every worker
 process sharing that file.
 """
@@ -41,8 +43,9 @@ class KeyWatch:
         try:
             version = await asyncio.to_thread(self.store.version)
             if version == self.version:
+                self.limits.confirm_key_limits()  # still current: no reload on the loop
                 return False
-            fresh = await asyncio.to_thread(self.store.all_limits) if self.version is not None else None
+            fresh = await asyncio.to_thread(self.store.all_limits)
         except store_errors() as exc:
             now = time.monotonic()
             if now - self._logged >= _LOG_EVERY_S:  # the key cache's outage rules apply meanwhile
@@ -51,11 +54,10 @@ class KeyWatch:
             return False
         first = self.version is None
         self.version = version
+        self.limits.replace_key_limits(fresh)
         if first:
             return False
         self.keys.clear()
-        assert fresh is not None
-        self.limits.replace_key_limits(fresh)
         self.changes += 1
         return True
 
