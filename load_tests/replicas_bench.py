@@ -353,11 +353,11 @@ def main(argv: list[str] | None = None) -> int:
         mock.stop()
     proj = projection(rows[-1])
     payload = {"machine": machine_info(), "seconds": args.seconds, "concurrency": args.concurrency}
-    payload["temperature"] = args.temperature
+    payload |= {"temperature": args.temperature, "conversations": args.conversations}
     payload |= {"rows": rows, "projection_50x20k": proj}
     lines = [
         f"# Replicas sharing PostgreSQL and Redis ({args.seconds:g} s per count, {args.concurrency} clients, "
-        f"temperature {args.temperature})",
+        f"temperature {args.temperature}{', conversation turns' if args.conversations else ''})",
         "",
         "| replicas | req/s | errors | CPU ms/req | Redis cmds/req | PG row writes/req | ledger rows/req "
         "| p50 ms |",
