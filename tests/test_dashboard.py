@@ -46,12 +46,22 @@ SYSTEM = [
 ]
 
 
-def _traffic(gw: RunningGateway) -> None:
+SCORES = {"team-a": 1.0, "team-b": 0.25, "team-c": 0.5}  # the feedback each tenant gives
+
+
+def _traffic(gw: RunningGateway) -> dict[str, float]:
+    """The requests, and feedback on the first of each pair: {request id: score}."""
+    rated: dict[str, float] = {}
     for tenant, model in (("team-a", "auto"), ("team-a", "large"), ("team-b", "auto"), ("team-c", "claude")):
         body = {"model": model, "messages": HELLO, "temperature": 0}
-        for _ in range(2):  # the second identical request is an exact-cache hit (a saving)
+        for i in range(2):  # the second identical request is an exact-cache hit (a saving)
             r = gw.post("/v1/chat/completions", body, tenant=tenant)
             assert r.status_code == 200, r.text
+            if i == 0:
+                rid = r.headers["x-request-id"]
+                fb = gw.post("/v1/feedback", {"request_id": rid, "score": SCORES[tenant]}, tenant=tenant)
+                assert fb.status_code == 200, fb.text
+                rated[rid] = SCORES[tenant]
     # an agent's conversation on /v1/messages: a cached system prompt, read back from turn 2 on
     for user, turns in ((SECRET_USER, 3), ("other-user", 1)):
         for turn in range(turns):
@@ -64,6 +74,7 @@ def _traffic(gw: RunningGateway) -> None:
             }
             r = gw.post("/v1/messages", body, tenant="team-a", headers={"anthropic-version": "2023-06-01"})
             assert r.status_code == 200, r.text
+    return rated
 
 
 def test_dashboard_renders_charts_in_headless_chromium(
@@ -74,7 +85,7 @@ def test_dashboard_renders_charts_in_headless_chromium(
             pytest.fail("chromium is required under CI=true (apt-get install -y chromium)")
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")
-    _traffic(gateway)
+    rated = _traffic(gateway)
     rows = gateway.ledger_rows()
     by_model: dict[str, Decimal] = {}
     for r in rows:
@@ -99,6 +110,9 @@ def test_dashboard_renders_charts_in_headless_chromium(
                 """els => els.map(r => [r.dataset.conversation, Number(r.dataset.cost),
                      Number(r.dataset.cachedShare), r.cells[4].textContent])""",
             )
+            tasks = page.eval_on_selector_all(
+                "#tasks tr[data-task]", "els => els.map(r => [r.dataset.task, r.dataset.quality])"
+            )
             charts = page.eval_on_selector_all(
                 "svg[data-chart]",
                 """els => Object.fromEntries(els.map(s => [s.dataset.chart,
@@ -112,7 +126,21 @@ def test_dashboard_renders_charts_in_headless_chromium(
     with capsys.disabled():
         print(f"\ndashboard screenshot: {shot}")
     assert errors == []
-    assert set(charts) == {"spend-time", "spend-model", "spend-tenant", "savings-cause", "cached-route"}
+    assert set(charts) == {
+        "spend-time", "spend-model", "spend-tenant", "savings-cause", "cached-route", "quality-model"
+    }  # fmt: skip
+    # feedback quality by model and by task: the mean score of each one's rated requests
+    scores: dict[str, list[float]] = {}
+    by_task: dict[str, list[float]] = {}
+    for r in rows:
+        if r["request_id"] in rated:
+            scores.setdefault(r["served_model"], []).append(rated[r["request_id"]])
+            by_task.setdefault(r["task"], []).append(rated[r["request_id"]])
+    quality = {label: value for label, value, _, _ in charts["quality-model"]}
+    assert quality == pytest.approx({m: sum(v) / len(v) for m, v in scores.items()})
+    assert len(set(quality.values())) > 1  # the tenants' different scores show
+    shown = {t: float(q) for t, q in tasks if q}
+    assert shown == pytest.approx({t: sum(v) / len(v) for t, v in by_task.items()})
     # cached share by route and the top conversations: the ledger rows' own numbers
     assert all(SECRET_USER not in str(v) for r in rows for v in r.values())
     tokens: dict[str, list[int]] = {}

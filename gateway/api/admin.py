@@ -152,6 +152,17 @@ async def spend(request: Request) -> Response:
     return _table(request, "spend", rows, {"group_by": group, "bucket": bucket}, admin.SPEND_COLUMNS)
 
 
+@router.get("/admin/quality")
+async def quality(request: Request) -> Response:
+    svc = _admin(request)
+    group = request.query_params.get("group_by", "model")
+    start = admin.since(request.query_params.get("since", "30d"))
+    limit = admin.top(request.query_params.get("limit"))
+    await asyncio.to_thread(svc.ledger.flush, 2.0)
+    rows = await asyncio.to_thread(admin.quality, svc.settings.ledger_url, group, start, limit)
+    return _table(request, "quality", rows, {"group_by": group}, admin.QUALITY_COLUMNS)
+
+
 @router.get("/admin/savings")
 async def savings(request: Request) -> Response:
     svc = _admin(request)

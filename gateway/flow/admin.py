@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from gateway.core.errors import BadRequestError, NotFoundError
 from gateway.flow.services import Services
@@ -80,6 +80,27 @@ def spend(
         raise BadRequestError(str(exc)) from None
 
 
+def quality(
+    ledger_url: str, group: str, start: float | None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """Requests, spend and feedback quality per group (model, route, task, ...): the mean score
+    of the requests rated through /v1/feedback or ``switchyard feedback import`` (blocking)."""
+    if group not in report.GROUP_BY_CHOICES:
+        choices = ", ".join(report.GROUP_BY_CHOICES)
+        raise BadRequestError(f"bad group {group!r}: expected one of {choices}", param="group_by")
+    lines = report.spend(ledger_url, cast(report.GroupBy, group), start, top=limit)
+    return [
+        {
+            "group": ln.key,
+            "requests": ln.requests,
+            "rated": ln.rated,
+            "quality": None if ln.quality is None else round(ln.quality, 4),
+            "cost_usd": ln.cost_usd,
+        }
+        for ln in lines
+    ]
+
+
 def savings(ledger_url: str, bucket: str, start: float | None) -> list[dict[str, Any]]:
     """Savings by cause (blocking: call it off the event loop)."""
     try:
@@ -98,6 +119,7 @@ def csv_table(rows: list[dict[str, Any]], columns: Sequence[str] | None = None) 
 
 SPEND_COLUMNS = report.SERIES_COLUMNS
 SAVINGS_COLUMNS = report.SAVINGS_COLUMNS
+QUALITY_COLUMNS = ("group", "requests", "rated", "quality", "cost_usd")
 
 
 def key_json(rec: KeyRecord, limits: KeyLimits | None = None) -> dict[str, Any]:

@@ -36,10 +36,10 @@ Dialect = Literal["sqlite", "postgres"]
 ZERO: Final = Decimal("0E-10")
 # Grouped from the raw rows only (no rollup keeps them): conversations, and the error code (a
 # failed row without one, such as a client gone, by its status; a row served well: none).
-RAW_GROUPS: Final = ("conversation", "error")
+RAW_GROUPS: Final = ("conversation", "error", "task")
 _ERROR_SQL: Final = "COALESCE(error_code, CASE WHEN status = 'ok' THEN NULL ELSE status END)"
 GROUP_SQL: Final[dict[str, str]] = {
-    **DIM_SQL, "conversation": "conversation", "error": _ERROR_SQL, "none": "'all'"
+    **DIM_SQL, "conversation": "conversation", "error": _ERROR_SQL, "task": "task", "none": "'all'"
 }  # fmt: skip
 ROLLUP_ROWS_VERSION: Final = 4  # the schema version that brought the rollups
 SPANS_VERSION: Final = 8  # ... and the conversation spans
@@ -153,6 +153,12 @@ class LedgerDb:
         if self.dialect == "sqlite":
             return quantize_usd(Decimal(int(value)).scaleb(-10))
         return quantize_usd(Decimal(value))
+
+    def has_table(self, name: str) -> bool:
+        if self.dialect == "postgres":
+            found = self.rows("SELECT to_regclass(?)", (name,))
+            return bool(found and found[0][0] is not None)
+        return bool(self.rows("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
 
     # -- running ---------------------------------------------------------------------------
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

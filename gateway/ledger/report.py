@@ -11,17 +11,20 @@ import io
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
-from gateway.ledger.db import ZERO, LedgerDb, Window, open_db
+from gateway.ledger.db import GROUP_SQL, ZERO, LedgerDb, Window, open_db
 from gateway.ledger.query import grouped
+from gateway.ledger.schema import FEEDBACK_TABLE, TABLE
 
-GroupBy = Literal["model", "route", "tenant", "provider", "key", "conversation", "error"]
+GroupBy = Literal["model", "route", "tenant", "provider", "key", "conversation", "error", "task"]
 GROUP_BY_CHOICES: Final[tuple[str, ...]] = get_args(GroupBy)
-Group = Literal["model", "route", "tenant", "provider", "key", "conversation", "error", "cause", "none"]
+Group = Literal[
+    "model", "route", "tenant", "provider", "key", "conversation", "error", "task", "cause", "none"
+]
 GROUPS: Final[tuple[str, ...]] = get_args(Group)
 Bucket = Literal["hour", "day", "month", "none"]
 BUCKETS: Final[tuple[str, ...]] = get_args(Bucket)
@@ -48,11 +51,18 @@ class SpendLine:
     cost_usd: Decimal
     baseline_cost_usd: Decimal
     savings_usd: Decimal
+    rated: int = 0  # requests with feedback (POST /v1/feedback, `switchyard feedback import`)
+    score_sum: float = 0.0  # their scores added up
 
     @property
     def cached_share(self) -> float | None:
         """Cached input tokens over all input tokens (prompt-cache reads): None without input."""
         return self.cached_tokens / self.input_tokens if self.input_tokens else None
+
+    @property
+    def quality(self) -> float | None:
+        """The mean feedback score (0..1) of the rated requests: None without feedback."""
+        return self.score_sum / self.rated if self.rated else None
 
 
 def parse_since(text: str) -> float:
@@ -131,8 +141,28 @@ def spend(
         lines = [
             _line(db, key, sums) for (_, key), sums in grouped(db, by, "none", window, top=limit).items()
         ]
+        rated = _rated(db, by, window)
+    lines = [
+        replace(ln, rated=rated[ln.key][0], score_sum=rated[ln.key][1]) if ln.key in rated else ln
+        for ln in lines
+    ]
     lines.sort(key=lambda ln: (-ln.cost_usd, ln.key is None, ln.key or ""))
     return lines if limit is None else lines[:limit]
+
+
+def _rated(db: LedgerDb, by: str, window: Window) -> dict[str | None, tuple[int, float]]:
+    """Per group: (requests with feedback, their scores added up), over the window. Driven by
+    the feedback table (the rated requests only), joined to their ledger rows."""
+    if not db.has_table(FEEDBACK_TABLE):
+        return {}
+    where, params = window.where()
+    rows = db.rows(
+        f"SELECT {GROUP_SQL[by]}, COUNT(*), SUM(fscore) FROM "
+        f"(SELECT request_id AS fid, score AS fscore FROM {FEEDBACK_TABLE}) f "
+        f"JOIN {TABLE} ON {TABLE}.request_id = f.fid{where} GROUP BY 1",
+        params,
+    )
+    return {None if r[0] is None else str(r[0]): (int(r[1]), float(r[2] or 0.0)) for r in rows}
 
 
 def spend_series(
@@ -162,7 +192,9 @@ def spend_series(
         out = []
         for (when, key), sums in grouped(db, group, bucket, window, top=limit).items():
             ln = _line(db, key, sums)
-            out.append({"bucket": db.bucket_label(bucket, when), "group": ln.key, **_line_json(ln, False)})
+            out.append(
+                {"bucket": db.bucket_label(bucket, when), "group": ln.key, **_line_json(ln, False, False)}
+            )
     out.sort(key=lambda d: (d["bucket"], d["group"] is None, d["group"] or ""))
     return out
 
@@ -217,6 +249,8 @@ def total(lines: list[SpendLine]) -> SpendLine:
         cost_usd=sum((ln.cost_usd for ln in lines), _ZERO),
         baseline_cost_usd=sum((ln.baseline_cost_usd for ln in lines), _ZERO),
         savings_usd=sum((ln.savings_usd for ln in lines), _ZERO),
+        rated=sum(ln.rated for ln in lines),
+        score_sum=sum(ln.score_sum for ln in lines),
     )
 
 
@@ -236,13 +270,14 @@ def _cells(label: str, ln: SpendLine) -> list[str]:
         _usd(ln.cost_usd),
         _usd(ln.baseline_cost_usd),
         _usd(ln.savings_usd),
+        "-" if ln.quality is None else f"{ln.quality:.2f} ({ln.rated:,})",
     ]
 
 
 def format_table(lines: list[SpendLine], by: str = "key") -> str:
     """An aligned text table (money rounded to 1e-6 USD for display) with a TOTAL line."""
     header = [by.upper(), "REQUESTS", "ERRORS", "INPUT", "CACHED", "CACHED%", "OUTPUT"]
-    header += ["COST_USD", "BASELINE_USD", "SAVINGS_USD"]
+    header += ["COST_USD", "BASELINE_USD", "SAVINGS_USD", "QUALITY"]
     body = [_cells(NONE_LABEL if ln.key is None else ln.key, ln) for ln in lines]
     foot = _cells("TOTAL", total(lines))
     widths = [max(len(row[i]) for row in [header, *body, foot]) for i in range(len(header))]
@@ -257,9 +292,10 @@ def format_table(lines: list[SpendLine], by: str = "key") -> str:
     return "\n".join([render(header), *rows, render(foot)])
 
 
-def _line_json(ln: SpendLine, with_key: bool = True) -> dict[str, Any]:
+def _line_json(ln: SpendLine, with_key: bool = True, with_quality: bool = True) -> dict[str, Any]:
+    """A line as JSON; ``with_quality``: its feedback (a time series has none per bucket)."""
     out: dict[str, Any] = {"key": ln.key} if with_key else {}
-    return out | {
+    out |= {
         "requests": ln.requests,
         "errors": ln.errors,
         "unpriced": ln.unpriced,
@@ -271,6 +307,9 @@ def _line_json(ln: SpendLine, with_key: bool = True) -> dict[str, Any]:
         "baseline_cost_usd": f"{ln.baseline_cost_usd:f}",
         "savings_usd": f"{ln.savings_usd:f}",
     }
+    if with_quality:
+        out |= {"rated": ln.rated, "quality": None if ln.quality is None else round(ln.quality, 4)}
+    return out
 
 
 def to_json(lines: list[SpendLine], by: str, since: str | None) -> dict[str, Any]:

@@ -135,6 +135,38 @@ function conversationsTable(container, rows) {
   container.appendChild(table);
 }
 
+function tasksTable(container, rows) {
+  container.replaceChildren();
+  if (!rows.length) {
+    container.textContent = "no tasks in this window";
+    container.className = "empty";
+    return;
+  }
+  container.className = "";
+  const table = document.createElement("table");
+  const head = table.insertRow();
+  for (const h of ["task", "requests", "spend", "rated", "quality"]) {
+    const th = document.createElement("th");
+    th.textContent = h;
+    head.appendChild(th);
+  }
+  for (const r of rows) {
+    const tr = table.insertRow();
+    tr.dataset.task = r.group;
+    tr.dataset.quality = r.quality === null ? "" : String(r.quality);
+    const quality = r.quality === null ? "-" : r.quality.toFixed(2);
+    for (const v of [r.group, String(r.requests), usd(r.cost_usd), String(r.rated), quality]) {
+      tr.insertCell().textContent = v;
+    }
+  }
+  container.appendChild(table);
+}
+
+// Mean feedback score per group, over the groups with rated requests.
+function qualities(rows) {
+  return rows.filter((r) => r.rated > 0 && r.group !== null).map((r) => ({ label: String(r.group), value: r.quality }));
+}
+
 function sumBy(rows, key, field) {
   const totals = new Map();
   for (const r of rows) {
@@ -174,7 +206,7 @@ async function refresh() {
   status.textContent = "loading…";
   try {
     const q = (p) => `${p}&since=${encodeURIComponent(since)}`;
-    const [time, byModel, byTenant, savings, budgets, byRoute, conversations] = await Promise.all([
+    const [time, byModel, byTenant, savings, budgets, byRoute, conversations, qualityModel, tasks] = await Promise.all([
       api(q(`/admin/spend?group_by=none&bucket=${bucket}`)),
       api(q("/admin/spend?group_by=model&bucket=none")),
       api(q("/admin/spend?group_by=tenant&bucket=none")),
@@ -182,6 +214,8 @@ async function refresh() {
       api("/admin/budgets"),
       api(q("/admin/spend?group_by=route&bucket=none")),
       api(q("/admin/spend?group_by=conversation&bucket=none&limit=10")),
+      api(q("/admin/quality?group_by=model")),
+      api(q("/admin/quality?group_by=task&limit=10")),
     ]);
     columnChart(document.getElementById("chart-spend-time"), "spend-time", sumBy(time.spend, "bucket", "cost_usd"));
     barChart(document.getElementById("chart-spend-model"), "spend-model", sumBy(byModel.spend, "group", "cost_usd"));
@@ -190,6 +224,8 @@ async function refresh() {
     budgetsTable(document.getElementById("budgets"), budgets.budgets);
     barChart(document.getElementById("chart-cached-route"), "cached-route", cachedShares(byRoute.spend), percent, 1);
     conversationsTable(document.getElementById("conversations"), conversations.spend);
+    barChart(document.getElementById("chart-quality-model"), "quality-model", qualities(qualityModel.quality), (v) => v.toFixed(2), 1);
+    tasksTable(document.getElementById("tasks"), tasks.quality.filter((r) => r.group !== null));
     const total = byModel.spend.reduce((a, r) => a + Number(r.cost_usd), 0);
     const saved = savings.savings.reduce((a, r) => a + Number(r.savings_usd), 0);
     const requests = byModel.spend.reduce((a, r) => a + r.requests, 0);
