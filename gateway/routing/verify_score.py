@@ -119,6 +119,11 @@ def _values(numbers: Sequence[str]) -> list[float]:
     return [v for v in (_number(x) for x in numbers) if v is not None]
 
 
+def _keys(text: str) -> set[float]:
+    """The numbers of ``text``, rounded to cents (numbers equal to the cent match)."""
+    return {round(float(x.replace(",", "")), 2) for x in _NUMBER.findall(text)}  # always a number
+
+
 def _calculations(text: str) -> list[tuple[str, float | None, float | None]]:
     """(expression, computed, stated) for each calculation of the working: ``<<expr=value>>``
     annotations, else plain ``a op b = c`` equations (the expression read back from the ``=``
@@ -144,12 +149,10 @@ def _dangling(calcs: Sequence[tuple[str, float | None, float | None]]) -> float:
     """Share of the intermediate results (all but the last) that no later calculation uses."""
     if len(calcs) < 2:
         return 0.0
-    unused = 0
-    for i, (_, _, said) in enumerate(calcs[:-1]):
-        if said is None:
-            continue
-        later = _values([x for e, _, _ in calcs[i + 1 :] for x in _NUMBER.findall(e)])
-        unused += not any(_close(said, v) for v in later)
+    unused, later = 0, _keys(calcs[-1][0])
+    for expr, _, said in reversed(calcs[:-1]):
+        unused += said is not None and round(said, 2) not in later
+        later |= _keys(expr)
     return unused / (len(calcs) - 1)
 
 
@@ -161,9 +164,8 @@ def signals(text: str, question: str = "") -> dict[str, float]:
     calcs = _calculations(working)
     stated = [s for _, _, s in calcs if s is not None]
     wrong = sum(1 for _, got, said in calcs if got is not None and said is not None and not _close(got, said))
-    q_numbers = set(_values(_NUMBER.findall(question)))
-    a_numbers = set(_values(_NUMBER.findall(working)))
-    w_numbers = a_numbers | set(stated)
+    q_numbers, a_numbers = _keys(question), _keys(working)
+    w_numbers = a_numbers | {round(v, 2) for v in stated}
     whole_q = bool(q_numbers) and all(v == int(v) for v in q_numbers)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     tail = _FINAL_LINE.search(text)
@@ -172,14 +174,10 @@ def signals(text: str, question: str = "") -> dict[str, float]:
         "no_final": float(final is None),
         "bad_calc": wrong / len(calcs) if calcs else 0.0,
         "final_not_last": float(final is not None and last is not None and not _close(final, last)),
-        "final_unseen": float(
-            final is not None and bool(w_numbers) and not any(_close(final, v) for v in w_numbers)
-        ),
+        "final_unseen": float(final is not None and bool(w_numbers) and round(final, 2) not in w_numbers),
         "not_whole": float(final is not None and whole_q and final != int(final)),
         "frac_steps": sum(1 for s in stated if s != int(s)) / len(stated) if stated else 0.0,
-        "unused": sum(1 for v in q_numbers if not any(_close(v, a) for a in a_numbers)) / len(q_numbers)
-        if q_numbers
-        else 0.0,
+        "unused": len(q_numbers - a_numbers) / len(q_numbers) if q_numbers else 0.0,
         "dangling": _dangling(calcs),
         "no_steps": float(not calcs),
         "few_steps": float(bool(calcs) and len(calcs) < len(q_numbers) - 1),
@@ -205,8 +203,9 @@ def suspicion(text: str, question: str = "", coef: Coefficients = DEFAULT) -> fl
 class ShareCalibrator:
     """Escalate a configured share of answers without labels: an answer escalates when its
     score ranks in the top ``share`` of the last ``window`` scores (itself included), so the
-    threshold follows the traffic (a quantile of recent scores). Scores tied with the answer
-    count half, so that a run of equal scores escalates about ``share`` of them."""
+    threshold follows the traffic (a quantile of recent scores). An answer tied with others at
+    the cut escalates for the share of the tie the budget leaves (a deterministic low-discrepancy
+    draw), so that a run of equal scores escalates about ``share`` of them."""
 
     def __init__(self, share: float, window: int = 500) -> None:
         if not 0 < share < 1:
@@ -214,6 +213,7 @@ class ShareCalibrator:
         self.share, self.window = share, window
         self._recent: collections.deque[float] = collections.deque()
         self._sorted: list[float] = []
+        self._phase = 0.0
 
     def escalate(self, value: float) -> bool:
         self._recent.append(value)
@@ -223,8 +223,11 @@ class ShareCalibrator:
             del self._sorted[bisect.bisect_left(self._sorted, old)]
         below = bisect.bisect_left(self._sorted, value)
         ties = bisect.bisect_right(self._sorted, value) - below
-        above = len(self._sorted) - below - ties  # higher scores than this one
-        return above + ties / 2 < self.share * len(self._sorted)
+        room = self.share * len(self._sorted) - (len(self._sorted) - below - ties)  # above it
+        if room <= 0 or room >= ties:
+            return room > 0
+        self._phase = (self._phase + 0.6180339887498949) % 1.0
+        return self._phase < room / ties
 
 
 @dataclass
