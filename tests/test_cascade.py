@@ -26,6 +26,16 @@ ROUTES = """
     baseline: large
     retries: 0
     cascade: {check: "tests.test_cascade:no_pad"}
+  graded:
+    targets: [small, large]
+    baseline: large
+    retries: 0
+    cascade: {verify: [math, refusal], escalate_above: 0.5}
+  shared:
+    targets: [small, large]
+    baseline: large
+    retries: 0
+    cascade: {verify: [math], escalate_share: 0.5}
 """
 
 
@@ -65,6 +75,25 @@ def test_cascade_accepts_escalates_and_declines_streams(tmp_path: Path, mock: Mo
     assert Decimal(cheap["baseline_cost_usd"]) == 0 and Decimal(cheap["cost_usd"]) > 0  # all extra
     assert Decimal(strong["baseline_cost_usd"]) == Decimal(strong["cost_usd"])  # the baseline itself
     assert strong["attempts"] == 1 and cheap["attempts"] == 1
+
+
+def test_graded_cascade_escalates_by_suspicion(tmp_path: Path, mock: MockUpstream) -> None:
+    """The graded math check in the live route: above a fixed score, and the top share of the
+    route's recent scores (the mock echoes the prompt, so the prompt is the cheap answer)."""
+    policy = mock_policy(mock.base_url).replace("routes:\n", "routes:\n" + ROUTES.lstrip("\n"), 1)
+    gw = start_gateway(tmp_path, policy)
+    clean, wrong = "2*3 = <<2*3=6>>6 #### 6", "2*3 = <<2*3=7>>7 #### 7"
+    try:
+        above = [_chat(gw, "graded", text) for text in (clean, wrong)]
+        shared = [_chat(gw, "shared", text) for text in (clean, wrong, "2*3 = <<2*3=7>>7", clean)]
+        rows = {r["request_id"]: r for r in gw.ledger_rows()}
+    finally:
+        gw.stop()
+    assert [r.headers["x-switchyard-cascade"] for r in above] == ["accepted", "escalated"]
+    # the top half of the scores so far: each new worst escalates, the clean one after them not
+    assert [r.headers["x-switchyard-cascade"] for r in shared] == ["accepted", "escalated", "escalated", "accepted"]
+    cheap = rows[above[1].headers["x-request-id"] + "-1"]
+    assert cheap["route_decision"] == "cascade:escalated" and Decimal(cheap["baseline_cost_usd"]) == 0
 
 
 def test_cascade_policy_is_checked(tmp_path: Path) -> None:
