@@ -154,6 +154,13 @@ def test_verdict_grades_math_and_keeps_the_other_checks_pass_fail() -> None:
     assert "refusal" in (vs.verdict(["math", "refusal"], refused, request, lenient) or "")
 
 
+def test_disagreement_of_two_samples() -> None:
+    assert vs.disagreement(GOOD, GOOD.replace("<<3*12=36>>", "<<12*3=36>>")) is None  # same answer
+    assert "32" in (vs.disagreement(GOOD, "36 - 6 = 30\n#### 30") or "")
+    assert "no final answer" in (vs.disagreement(GOOD, "36 - 4 is what is left") or "")
+    assert vs.disagreement("no final answer here", GOOD) is None  # the math check's business
+
+
 def test_fit_recovers_the_signals_that_predict_failure() -> None:
     rng = np.random.default_rng(0)
     x = np.zeros((2000, len(vs.SIGNALS)))
@@ -170,6 +177,7 @@ def test_cascade_grading_options_are_checked(tmp_path: Path) -> None:
         ("{verify: [refusal], escalate_share: 0.4}", "grade the 'math' check"),
         ("{verify: [math], escalate_share: 0.4, escalate_above: 0.5}", "not both"),
         ("{verify: [math], escalate_share: 1.5}", "escalate_share"),
+        ("{verify: [json], second_sample: true}", "second_sample"),
     ):
         path = tmp_path / "p.yaml"
         route = f"  c:\n    targets: [small, large]\n    cascade: {cascade}\n"

@@ -3,8 +3,11 @@ checked (gateway/routing/verify.py, plus the route's plug-in); a failed check es
 route's other targets (in order, with their fallbacks). With ``escalate_share`` the ``math``
 check is graded (routing/verify_score.py): the answer escalates when its suspicion score ranks
 in the top share of the route's recent scores (a calibrator per route and process: no labels);
-with ``escalate_above``, when it scores above that. Non-streamed requests only: a stream
-is served by the route as usual and says ``x-switchyard-cascade: declined-stream``.
+with ``escalate_above``, when it scores above that. With ``second_sample``, an answer that
+passes is sampled again from the first target (its own ledger row, ``<request id>-2``,
+``cascade:sample``, baseline 0) and escalates when the two final answers differ.
+Non-streamed requests only: a stream is served by the route as usual and says
+``x-switchyard-cascade: declined-stream``.
 
 Both attempts are ledger rows: the escalated cheap attempt as ``<request id>-1`` with
 ``route_decision = cascade:escalated`` and a baseline of 0 (it saved nothing, its whole cost is
@@ -17,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from gateway.config.policy import CascadePolicy
 from gateway.core.errors import SwitchyardError
@@ -28,7 +32,7 @@ from gateway.flow.services import Services
 from gateway.flow.upstream import attempt, metered
 from gateway.routing.plan import RoutePlan
 from gateway.routing.verify import plugin
-from gateway.routing.verify_score import Grading, ShareCalibrator, verdict
+from gateway.routing.verify_score import Grading, ShareCalibrator, disagreement, verdict
 
 log = logging.getLogger("switchyard")
 _calibrators: dict[tuple[str, float], ShareCalibrator] = {}  # (route, share): recent scores
@@ -65,6 +69,8 @@ async def answer(svc: Services, plan: RoutePlan, ex: Exchange, inbound: Inbound)
         got = None
     else:
         why = _verdict(cfg.verify, cfg.check, got, inbound.record.body, _grading(plan.name, cfg))
+        if why is None and cfg.second_sample:
+            why = await _second_sample(svc, cheap, ex, inbound, got)
     if why is None and got is not None:
         ex.cascade, ex.route_decision = "accepted", "cascade:accepted"
         return got
@@ -91,6 +97,31 @@ def _verdict(
             log.exception("cascade check %s failed", spec)
             why = "the check plug-in failed"
     return why
+
+
+async def _second_sample(
+    svc: Services, cheap: RoutePlan, ex: Exchange, inbound: Inbound, got: Answer
+) -> str | None:
+    """Sample the first target again (its own row, all extra cost) and compare final answers.
+    A failed second call leaves the first answer standing (it passed its checks)."""
+    if got.completion is None:
+        return None
+    x = extra(ex, "2", "cascade:sample")
+    try:
+        other = await attempt(svc, cheap, x, inbound.call)
+    except SwitchyardError:
+        return None
+    x.usage = metered(svc, inbound.record.body, other.completion, x, other.usage)
+    await settle(svc, x, inbound.record.body)
+    if other.completion is None:
+        return None
+    return disagreement(_text(got.completion), _text(other.completion))
+
+
+def _text(completion: dict[str, Any]) -> str:
+    message = ((completion.get("choices") or [{}])[0] or {}).get("message") or {}
+    content = message.get("content")
+    return content if isinstance(content, str) else ""
 
 
 async def _escalated_row(svc: Services, ex: Exchange, got: Answer, inbound: Inbound) -> None:

@@ -261,3 +261,17 @@ def verdict(
     if grading.escalates(value):
         return f"math: suspicion {value:.2f}"
     return None
+
+
+def disagreement(first: str, second: str) -> str | None:
+    """Self-consistency: None when a second sample of the cheap model reaches the first's final
+    answer (or the first has none to compare: the math check judges that), else why not."""
+    a = final_answer(first)
+    if a is None:
+        return None
+    b = final_answer(second)
+    if b is None:
+        return "self-consistency: the second sample has no final answer"
+    if not _close(a, b):
+        return f"self-consistency: a second sample answers {b:g}, not {a:g}"
+    return None
