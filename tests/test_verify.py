@@ -82,6 +82,18 @@ def test_cascade_evaluation_on_gsm8k(capsys: pytest.CaptureFixture[str]) -> None
     assert len(result["cv_spread"]["quality_vs_strong"]) == 3
 
 
+@pytest.mark.skipif(
+    not (DATA / "routing-multi" / "mmlu-pro.jsonl").is_file(), reason="needs ../shared/data/routing-multi"
+)
+def test_length_signals_on_other_math_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(DATA / "routing" / "gsm8k-dev.jsonl")
+    assert main(["eval", "cascade", "--data", data, "--other", str(DATA / "routing-multi")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    answer = result["mmlu-pro math: long_answer"]
+    assert answer["models"] > 10 and 0.5 < answer["median"] < 0.9
+    assert 0.5 < result["dcrouter math: long_question"]["median"] < 0.9
+
+
 def test_eval_cascade_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["eval", "cascade", "--escalate-share", "1.5"]) == 2
     assert main(["eval", "cascade", "--checks", "vibes"]) == 2

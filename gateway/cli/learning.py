@@ -154,7 +154,7 @@ def cmd_eval_routing_stream(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_cascade(args: argparse.Namespace) -> int:
-    from gateway.lab.cascade_eval import evaluate, fit_all
+    from gateway.lab.cascade_eval import evaluate, fit_all, length_signals
     from gateway.routing.verify import CHECKS
 
     checks = tuple(c.strip() for c in args.checks.split(",") if c.strip())
@@ -175,6 +175,9 @@ def cmd_eval_cascade(args: argparse.Namespace) -> int:
     if not data.is_file():
         print(f"switchyard eval cascade: no file at {data}", file=sys.stderr)
         return 1
+    if args.other:
+        print(json.dumps(length_signals(Path(args.other))))
+        return 0
     if args.fit:
         coef = fit_all(data)
         print(json.dumps({"intercept": coef.intercept, "weights": dict(coef.weights)}))
@@ -276,6 +279,7 @@ def register_eval(esub: Any) -> None:
     cas.add_argument("--escalate-share", type=float, default=0.4, help="graded math: escalate this share")
     cas.add_argument("--escalate-above", type=float, help="graded math: escalate above this score instead")
     cas.add_argument("--fit", action="store_true", help="print the suspicion coefficients fitted on --data")
+    cas.add_argument("--other", help="the routing-multi folder: the length signals' AUCs on its math sets")
     cas.add_argument("--json", action="store_true")
     cas.set_defaults(func=cmd_eval_cascade)
     st = esub.add_parser("routing-stream", help="build a labelled stream from the evaluation data")

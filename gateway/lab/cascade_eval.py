@@ -238,6 +238,51 @@ def _spread(
     return {"quality_vs_strong": stats(qs), "cost_vs_strong": stats(cs)}
 
 
+def length_signals(multi: Path) -> dict[str, Any]:
+    """What other math-like sets can check (they have no answer texts, only lengths and labels):
+    the median, min and max over models of the AUC with which ``long_answer`` (MMLU-Pro math:
+    its output lengths) and ``long_question`` predict a model's failure."""
+
+    def summary(aucs: list[float]) -> dict[str, Any]:
+        ok = sorted(a for a in aucs if a == a)
+        return {
+            "models": len(ok),
+            "median": round(float(np.median(ok)), 3),
+            "min": round(ok[0], 3),
+            "max": round(ok[-1], 3),
+        }
+
+    out: dict[str, Any] = {}
+    pro = [orjson.loads(x) for x in (multi / "mmlu-pro.jsonl").read_bytes().splitlines() if x.strip()]
+    pro = [r for r in pro if r["category"] == "math"]
+    answer, question = [], []
+    for model in sorted({m for r in pro for m in r["correct"]}):
+        rows = [r for r in pro if model in r["correct"] and model in r.get("output_chars", {})]
+        wrong = np.array([not r["correct"][model] for r in rows], dtype=float)
+        if min(wrong.sum(), len(wrong) - wrong.sum()) < 10:  # too few of one kind for an AUC
+            continue
+        answer.append(
+            _auc(
+                np.array([signals("x" * r["output_chars"][model], r["prompt"])["long_answer"] for r in rows]),
+                wrong,
+            )
+        )
+        question.append(_auc(np.array([signals("", r["prompt"])["long_question"] for r in rows]), wrong))
+    out["mmlu-pro math: long_answer"] = summary(answer)
+    out["mmlu-pro math: long_question"] = summary(question)
+    dc = [orjson.loads(x) for x in (multi / "dcrouter.jsonl").read_bytes().splitlines() if x.strip()]
+    for task in ("gsm8k", "math"):
+        rows = [r for r in dc if r["task"] == task]
+        lengths = np.array([signals("", r["prompt"])["long_question"] for r in rows])
+        aucs = []
+        for model in sorted({m for r in rows for m in r["correct"]}):
+            have = np.array([model in r["correct"] for r in rows])
+            wrong = np.array([not r["correct"].get(model, True) for r in rows], dtype=float)
+            aucs.append(_auc(lengths[have], wrong[have]))
+        out[f"dcrouter {task}: long_question"] = summary(aucs)
+    return out
+
+
 def fit_all(path: Path) -> Coefficients:
     """The coefficients fitted on every row of ``path`` (how ``DEFAULT`` was made)."""
     data = _Data(path)
