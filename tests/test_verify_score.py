@@ -115,6 +115,14 @@ def test_refusal_signal() -> None:
     assert _sig(GOOD)["refusal"] == 0
 
 
+def test_a_runaway_answer_is_read_in_bounded_time() -> None:
+    assert len(vs._calculations("<<1+1=2>> " * 500)) == 64  # the first calculations only
+    runaway = "2 + 2 = <<2+2=4>>4\n" + "and so on, " * 100_000 + "\n#### 4"
+    sig = vs.signals(runaway, Q)
+    assert sig["no_final"] == 0 and sig["final_not_last"] == 0  # both ends are read
+    assert sig["long_answer"] == 3.0  # its whole length counts
+
+
 def test_score_orders_suspicious_answers_above_clean_ones() -> None:
     clean = vs.suspicion(GOOD, Q)
     assert 0 < clean < 0.5

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import itertools
 import math as _math
 import re
 from collections.abc import Mapping, Sequence
@@ -77,6 +78,8 @@ _HEDGE: Final = re.compile(
     r"perhaps|seem|let's re|mistake|recalculat|correct|i think|probably|estimat|"
     r"cannot be determined|not possible)"
 )
+_MAX_CALCS: Final = 64  # calculations read at most (a worked answer has a dozen or so)
+_SCAN: Final = 16_000  # characters of an answer (its two ends) and of a question read at most
 _FINAL_LINE: Final = re.compile(r"####\s*\$?\s*-?[\d,]*\.?\d+\s*([^\n]*)")
 
 
@@ -127,15 +130,15 @@ def _keys(text: str) -> set[float]:
 def _calculations(text: str) -> list[tuple[str, float | None, float | None]]:
     """(expression, computed, stated) for each calculation of the working: ``<<expr=value>>``
     annotations, else plain ``a op b = c`` equations (the expression read back from the ``=``
-    over arithmetic characters, at most 80 of them, on its line)."""
+    over arithmetic characters, at most 80 of them, on its line); the first ``_MAX_CALCS``."""
     found = [
-        (e, _eval(e), _number(v) if _number(v) is not None else _eval(v))
-        for e, v in _ANNOTATION.findall(text)
+        (m[1], _eval(m[1]), _number(m[2]) if _number(m[2]) is not None else _eval(m[2]))
+        for m in itertools.islice(_ANNOTATION.finditer(text), _MAX_CALCS)
     ]
     if found:
         return found
     out: list[tuple[str, float | None, float | None]] = []
-    for m in _RESULT.finditer(text):
+    for m in itertools.islice(_RESULT.finditer(text), _MAX_CALCS):
         start, i = max(0, m.start() - 80, text.rfind("\n", 0, m.start()) + 1), m.start()
         while i > start and text[i - 1] in _EXPR_CHARS:
             i -= 1
@@ -157,7 +160,13 @@ def _dangling(calcs: Sequence[tuple[str, float | None, float | None]]) -> float:
 
 
 def signals(text: str, question: str = "") -> dict[str, float]:
-    """The signals of a worked answer ``text`` to ``question`` (see the module's docstring)."""
+    """The signals of a worked answer ``text`` to ``question`` (see the module's docstring).
+    Linear in the text; an answer over ``_SCAN`` characters is read by its two ends (its length
+    still counts whole), so that a runaway answer costs the event loop a bounded time."""
+    size = len(text)
+    if size > _SCAN:
+        text = text[: _SCAN // 2] + "\n" + text[-_SCAN // 2 :]
+    question = question[-_SCAN:]
     final = final_answer(text)
     cut = _FINAL_AT.search(text)
     working = text[: cut.start()] if cut else text
@@ -182,7 +191,7 @@ def signals(text: str, question: str = "") -> dict[str, float]:
         "no_steps": float(not calcs),
         "few_steps": float(bool(calcs) and len(calcs) < len(q_numbers) - 1),
         "long_question": min(3.0, max(0.0, _math.log2(max(1, len(question)) / 128))),
-        "long_answer": min(3.0, max(0.0, _math.log2(max(1, len(text)) / max(1, len(question))))),
+        "long_answer": min(3.0, max(0.0, _math.log2(max(1, size) / max(1, len(question))))),
         "hedging": min(3, len(_HEDGE.findall(text.lower()))) / 3,
         "final_words": float(tail is not None and bool(re.search(r"[A-Za-z]{2}", tail.group(1)))),
         "repeated": (len(lines) - len(set(lines))) / len(lines) if lines else 0.0,
