@@ -70,7 +70,31 @@ def test_cascade_evaluation_on_gsm8k(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["eval", "cascade", "--data", str(DATA / "routing" / "gsm8k-dev.jsonl"), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     lines = {r["line"]: r for r in result["table"]}
-    cascade, weak = lines["cascade"], lines["always weak"]
+    cascade, weak = lines["cascade: pass/fail checks"], lines["always weak"]
     assert result["rows"] == 645
     assert weak["quality"] < cascade["quality"] < lines["always strong"]["quality"]
     assert cascade["cost_vs_strong"] < 0.5 and result["check_tpr"] > 2 * result["check_fpr"]
+    # the graded check under cross-validation: escalates about the configured share, ranks the
+    # weak model's wrong answers well above chance and buys quality the pass/fail check does not
+    graded, power = lines["cascade: suspicion, 2-fold CV"], result["power"]["cascade: suspicion, 2-fold CV"]
+    assert 0.35 < power["escalated"] < 0.45 and power["auc"] > 0.65
+    assert graded["quality"] > cascade["quality"] and graded["cost_vs_strong"] < 0.6
+    assert len(result["cv_spread"]["quality_vs_strong"]) == 3
+
+
+@pytest.mark.skipif(
+    not (DATA / "routing-multi" / "mmlu-pro.jsonl").is_file(), reason="needs ../shared/data/routing-multi"
+)
+def test_length_signals_on_other_math_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(DATA / "routing" / "gsm8k-dev.jsonl")
+    assert main(["eval", "cascade", "--data", data, "--other", str(DATA / "routing-multi")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    answer = result["mmlu-pro math: long_answer"]
+    assert answer["models"] > 10 and 0.5 < answer["median"] < 0.9
+    assert 0.5 < result["dcrouter math: long_question"]["median"] < 0.9
+
+
+def test_eval_cascade_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "cascade", "--escalate-share", "1.5"]) == 2
+    assert main(["eval", "cascade", "--checks", "vibes"]) == 2
+    assert "--escalate-share" in capsys.readouterr().err

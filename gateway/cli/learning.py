@@ -154,7 +154,7 @@ def cmd_eval_routing_stream(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_cascade(args: argparse.Namespace) -> int:
-    from gateway.lab.cascade_eval import evaluate
+    from gateway.lab.cascade_eval import evaluate, fit_all, length_signals
     from gateway.routing.verify import CHECKS
 
     checks = tuple(c.strip() for c in args.checks.split(",") if c.strip())
@@ -162,21 +162,44 @@ def cmd_eval_cascade(args: argparse.Namespace) -> int:
     if bad or not checks:
         print(f"switchyard eval cascade: --checks takes {', '.join(CHECKS)}", file=sys.stderr)
         return 2
+    share, above = args.escalate_share, args.escalate_above
+    if above is not None:
+        share = None
+    if (share is not None and not 0 < share < 1) or (above is not None and not 0 < above < 1):
+        print(
+            "switchyard eval cascade: --escalate-share and --escalate-above take a number in (0, 1)",
+            file=sys.stderr,
+        )
+        return 2
     data = Path(args.data)
     if not data.is_file():
         print(f"switchyard eval cascade: no file at {data}", file=sys.stderr)
         return 1
-    result = evaluate(data, checks)
+    if args.other:
+        print(json.dumps(length_signals(Path(args.other))))
+        return 0
+    if args.fit:
+        coef = fit_all(data)
+        print(json.dumps({"intercept": coef.intercept, "weights": dict(coef.weights)}))
+        return 0
+    result = evaluate(data, checks, share, above)
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"{result['rows']} prompts; checks {', '.join(checks)}; escalated {result['escalated']:.1%}")
+    grade = f"escalate_share {share}" if share is not None else f"escalate_above {above}"
+    print(f"{result['rows']} prompts; checks {', '.join(checks)}; graded math: {grade}")
     print("| line | quality | vs strong | cost USD | vs strong |\n| --- | ---: | ---: | ---: | ---: |")
     for r in result["table"]:
         cells = (r["line"], r["quality"], r["quality_vs_strong"], r["cost_usd"], r["cost_vs_strong"])
         print("| " + " | ".join(map(str, cells)) + " |")
-    tpr, fpr = result["check_tpr"], result["check_fpr"]
-    print(f"the check flags {tpr:.1%} of the weak model's wrong answers and {fpr:.1%} of its right ones")
+    print("\n| design | escalated | flags wrong | flags right | AUC |\n| --- | ---: | ---: | ---: | ---: |")
+    for name, p in result["power"].items():
+        print(f"| {name} | {p['escalated']:.1%} | {p['tpr']:.1%} | {p['fpr']:.1%} | {p['auc']} |")
+    if "cv_spread" in result:
+        q, c = result["cv_spread"]["quality_vs_strong"], result["cv_spread"]["cost_vs_strong"]
+        print(
+            f"\n2-fold CV over 10 random halvings (min/mean/max): quality vs strong {q}, cost vs strong {c}"
+        )
     return 0
 
 
@@ -253,6 +276,10 @@ def register_eval(esub: Any) -> None:
     cas = esub.add_parser("cascade", help="the verifier cascade on answers with labels (gsm8k-dev)")
     cas.add_argument("--data", default="../shared/data/routing/gsm8k-dev.jsonl")
     cas.add_argument("--checks", default="math,refusal", help="comma-separated built-in checks")
+    cas.add_argument("--escalate-share", type=float, default=0.4, help="graded math: escalate this share")
+    cas.add_argument("--escalate-above", type=float, help="graded math: escalate above this score instead")
+    cas.add_argument("--fit", action="store_true", help="print the suspicion coefficients fitted on --data")
+    cas.add_argument("--other", help="the routing-multi folder: the length signals' AUCs on its math sets")
     cas.add_argument("--json", action="store_true")
     cas.set_defaults(func=cmd_eval_cascade)
     st = esub.add_parser("routing-stream", help="build a labelled stream from the evaluation data")

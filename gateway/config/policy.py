@@ -283,15 +283,32 @@ class CascadePolicy(_Strict):
     """A verifier cascade: the first target answers; when a check fails the next targets are
     tried (gateway/routing/verify.py: json, schema, tool_calls, math, refusal; ``check``: a
     plug-in ``module:function`` taking (completion, request) and returning a reason or None).
-    Streams are not cascaded (served by the route as usual; the header says so)."""
+    Streams are not cascaded (served by the route as usual; the header says so).
+    ``escalate_share`` / ``escalate_above`` grade the ``math`` check (routing/verify_score.py):
+    escalate the top share of recent answers by suspicion score, or those scoring above.
+    ``second_sample``: an answer that passes is sampled again from the first target and
+    escalates when the two final answers differ (self-consistency; needs sampling, not
+    temperature 0)."""
 
     verify: list[Literal["json", "schema", "tool_calls", "math", "refusal"]] = Field(default_factory=list)
     check: str | None = Field(default=None, pattern=r"^[\w.]+:[\w]+$")
+    escalate_share: float | None = Field(default=None, gt=0, lt=1)
+    escalate_above: float | None = Field(default=None, gt=0, lt=1)
+    second_sample: bool = False
 
     @model_validator(mode="after")
     def _something(self) -> CascadePolicy:
         if not self.verify and self.check is None:
             raise ValueError("'cascade' needs 'verify' checks or a 'check' plug-in")
+        graded = self.escalate_share is not None or self.escalate_above is not None
+        if self.escalate_share is not None and self.escalate_above is not None:
+            raise ValueError("'cascade' takes 'escalate_share' or 'escalate_above', not both")
+        if graded and "math" not in self.verify:
+            raise ValueError(
+                "'escalate_share' and 'escalate_above' grade the 'math' check: add it to 'verify'"
+            )
+        if self.second_sample and "math" not in self.verify:
+            raise ValueError("'second_sample' compares final answers: add 'math' to 'verify'")
         return self
 
 

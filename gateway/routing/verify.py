@@ -10,6 +10,9 @@ asked for) and returns None when it passes, else the reason it fails.
               (``#### x``, ``answer is x``, ``\\boxed{x}``), every ``<<expr=value>>`` annotation
               evaluates to its value, and the final answer is the last result computed
   refusal     the answer is not a refusal ("I can't help with that", ...)
+
+A graded alternative to ``math`` (a suspicion score that escalates a configured share of
+answers) is in gateway/routing/verify_score.py.
 """
 
 from __future__ import annotations
@@ -184,7 +187,7 @@ def plugin(spec: str) -> Callable[[Mapping[str, Any], Mapping[str, Any]], str | 
     return fn  # type: ignore[no-any-return]
 
 
-def _question(request: Mapping[str, Any]) -> str:
+def question_of(request: Mapping[str, Any]) -> str:
     """The last user message's text."""
     for m in reversed(request.get("messages") or []):
         if isinstance(m, Mapping) and m.get("role") == "user":
@@ -212,7 +215,7 @@ def check(names: Sequence[str], completion: Mapping[str, Any], request: Mapping[
     fmt = request.get("response_format") or {}
     for name in names:
         if name == "math":
-            why = math(text, _question(request))
+            why = math(text, question_of(request))
         elif name == "refusal":
             why = refusal(text)
         elif name == "json":
