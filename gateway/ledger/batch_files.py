@@ -11,37 +11,19 @@ import asyncio
 import contextlib
 import hashlib
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from gateway.core.ports import FileStore
+from gateway.ledger.batch_files_pg import PgFileStore
+from gateway.ledger.file_meta import new_file, valid_id
 from gateway.ledger.sqlite import is_postgres_url
 
 
 def _tenant_dir(root: Path, tenant: str) -> Path:
     return root / hashlib.blake2b(tenant.encode(), digest_size=12).hexdigest()
-
-
-def valid_id(file_id: str) -> bool:
-    return file_id.startswith("file-") and file_id[5:].isalnum() and len(file_id) <= 64
-
-
-def new_file(purpose: str, filename: str, size: int) -> dict[str, Any]:
-    """A new file's metadata, as OpenAI's file object."""
-    return {
-        "id": "file-" + os.urandom(12).hex(),
-        "object": "file",
-        "bytes": size,
-        "created_at": int(time.time()),
-        "filename": filename,
-        "purpose": purpose,
-        "status": "processed",
-        "status_details": None,
-        "expires_at": None,
-    }
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -129,7 +111,5 @@ def open_file_store(ledger_url: str, home: Path) -> FileStore:
     """With a PostgreSQL ledger the files live in its database (every replica reads them);
     else in ``home/files``."""
     if is_postgres_url(ledger_url):
-        from gateway.ledger.batch_files_pg import PgFileStore
-
         return PgFileStore(ledger_url)
     return LocalFileStore(home / "files")

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from gateway.ledger.batch_files import new_file, valid_id
+from gateway.ledger.file_meta import new_file, valid_id
 from gateway.ledger.pg_conn import PgConn
 from gateway.ledger.schema import FILES_TABLE
 
