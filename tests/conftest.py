@@ -57,6 +57,21 @@ def service_unavailable(what: str, why: str) -> None:
     pytest.skip(message)
 
 
+def require_module(name: str) -> Any:
+    """``name`` imported, for tests of an optional extra: skipped with the reason outside CI,
+    a failure under CI=true (CI installs every extra, so a missing one is a broken install)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        if IN_CI:
+            pytest.fail(
+                f"{name} is required under CI=true (pip install -e '.[dev,ml,train,postgres]'): {exc}"
+            )
+        pytest.skip(f"{name} is not installed ({exc}); install the extras to run these tests")
+
+
 def _skip_reason(report: pytest.TestReport) -> str:
     longrepr = report.longrepr
     reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)

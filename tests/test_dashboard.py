@@ -15,6 +15,7 @@ import pytest
 
 from gateway.api.auth import SESSION_TTL_S, session_token
 from gateway.config.settings import Secret
+from tests.conftest import require_module
 from tests.gateway_harness import ADMIN_KEY, RunningGateway
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -84,7 +85,7 @@ def test_dashboard_renders_charts_in_headless_chromium(
         if IN_CI:
             pytest.fail("chromium is required under CI=true (apt-get install -y chromium)")
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
+    sync_api = require_module("playwright.sync_api")
     rated = _traffic(gateway)
     rows = gateway.ledger_rows()
     by_model: dict[str, Decimal] = {}
@@ -208,7 +209,7 @@ def _chromium_or_skip() -> Any:
         if IN_CI:
             pytest.fail("chromium is required under CI=true (apt-get install -y chromium)")
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
-    return pytest.importorskip("playwright.sync_api")
+    return require_module("playwright.sync_api")
 
 
 def _ledger_totals(gw: RunningGateway) -> tuple[Decimal, int]:

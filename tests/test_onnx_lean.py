@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.conftest import require_module
 from tests.semcache_support import embedder  # noqa: F401
 
-onnx = pytest.importorskip("onnx")
+onnx = require_module("onnx")
 
 
 def test_constant_targets_from_probes() -> None:

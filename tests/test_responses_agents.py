@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-import pytest
-
+from tests.conftest import require_module
 from tests.gateway_harness import RunningGateway
 
-agents = pytest.importorskip("agents")
-openai = pytest.importorskip("openai")
+agents = require_module("agents")
+openai = require_module("openai")
 
 
 async def test_agent_turn_with_a_tool(gateway: RunningGateway) -> None:

@@ -22,6 +22,7 @@ from pydantic import TypeAdapter
 
 from gateway.config.policy import Policy
 from load_tests.mock_upstream import MockUpstream
+from tests.conftest import require_module
 from tests.gateway_harness import RunningGateway, mock_policy, start_gateway
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
@@ -248,7 +249,7 @@ def test_which_providers_speak_responses() -> None:
 
 
 async def test_an_agents_sdk_turn_with_a_tool_passes_through(gw: RunningGateway, mock: MockUpstream) -> None:
-    agents = pytest.importorskip("agents")
+    agents = require_module("agents")
     agents.set_tracing_disabled(True)
     aclient = openai.AsyncOpenAI(base_url=gw.base_url, api_key=gw.key(), max_retries=0)
     calls: list[str] = []
