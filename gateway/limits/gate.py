@@ -24,21 +24,17 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from gateway.config.policy import BudgetPolicy, Policy, RoutePolicy
+from gateway.config.policy import Policy, RoutePolicy
 from gateway.core.carry import SharedRead, SharedWrite
 from gateway.core.errors import ServiceUnavailableError
 from gateway.core.ports import Spawn, TaskHandle
 from gateway.core.types import Target
+from gateway.limits.budget_report import BudgetReports
 from gateway.limits.budgets import (
     BudgetLine,
     MemoryBook,
-    Period,
     Reservation,
-    Scope,
-    budget_lines,
     exceeded,
-    period_bounds,
-    status_row,
     to_nanos,
 )
 from gateway.limits.keys import KeyLimits
@@ -77,7 +73,7 @@ def _held(reservation: Reservation | Admission | None) -> Reservation | None:
     return reservation.reservation if isinstance(reservation, Admission) else reservation
 
 
-class Limits:
+class Limits(BudgetReports):
     def __init__(
         self,
         redis: RedisStore | None = None,
@@ -395,61 +391,6 @@ class Limits:
             await self.redis.adjust(lines, delta)
         except Exception as exc:
             self._backend_failed(exc, background=True)
-
-    # ------------------------------------------------------------------ reporting, seeding
-    def configured(self, policy: Policy) -> list[tuple[Scope, str, BudgetPolicy]]:
-        """Every budget the policy and the key store define (bounded: names come from config)."""
-        out: list[tuple[Scope, str, BudgetPolicy]] = []
-        for key_id, kl in self._key_limits.items():
-            if kl.daily_usd is not None or kl.monthly_usd is not None:
-                out.append(("key", key_id, BudgetPolicy(daily_usd=kl.daily_usd, monthly_usd=kl.monthly_usd)))
-        out += [("tenant", n, t.budget) for n, t in policy.tenants.items() if t.budget != BudgetPolicy()]
-        out += [("route", n, r.budget) for n, r in policy.routes.items() if r.budget != BudgetPolicy()]
-        return out
-
-    def _all_lines(self, policy: Policy) -> list[BudgetLine]:
-        self.key_limits("")  # refresh when stale
-        now = time.time()
-        lines: list[BudgetLine] = []
-        for scope, name, budget in self.configured(policy):
-            key_id = name if scope == "key" else None
-            tenant = name if scope == "tenant" else ""
-            route = name if scope == "route" else ""
-            kb = budget if scope == "key" else None
-            lines += [ln for ln in budget_lines(policy, tenant, key_id, kb, route, now) if ln.scope == scope]
-        return lines
-
-    async def status(self, policy: Policy) -> list[dict[str, Any]]:
-        """Limit, spent (incl. reserved) and remaining USD of every configured budget."""
-        lines = self._all_lines(policy)
-        spent = [self.book.spent(ln) for ln in lines]
-        if self.redis is not None and lines:
-            try:
-                spent = await self.redis.spent(lines)
-            except Exception as exc:
-                self._backend_failed(exc, background=True)
-        return [status_row(ln, s) for ln, s in zip(lines, spent, strict=True)]
-
-    async def seed(
-        self, policy: Policy, spent_since: Callable[[Scope, float], Mapping[str, Decimal]]
-    ) -> None:
-        """Start every configured budget at what the ledger says its period already spent."""
-        now = time.time()
-        cache: dict[tuple[Scope, Period], Mapping[str, Decimal]] = {}
-        for line in self._all_lines(policy):
-            k = (line.scope, line.period)
-            if k not in cache:
-                start = period_bounds(line.period, now)[1]
-                cache[k] = await asyncio.to_thread(spent_since, line.scope, start)
-            nanos = to_nanos(cache[k].get(line.name, Decimal(0)))
-            if nanos <= 0:
-                continue
-            self.book.seed(line, nanos)
-            if self.redis is not None:
-                try:
-                    await self.redis.seed(line, nanos)
-                except Exception as exc:
-                    self._backend_failed(exc, background=True)
 
     # ------------------------------------------------------------------ plumbing
     def _backend_failed(self, exc: Exception, *, background: bool = False) -> None:
