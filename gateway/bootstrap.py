@@ -33,8 +33,9 @@ from gateway.ledger.open import open_ledger
 from gateway.ledger.responses import open_response_store
 from gateway.ledger.tokens import count_prompt_tokens
 from gateway.limits.gate import Limits
+from gateway.limits.key_cache import KeyCache
 from gateway.limits.key_watch import KeyWatch
-from gateway.limits.keys import KeyCache, KeyStoreBase
+from gateway.limits.keys import KeyStoreBase
 from gateway.limits.redis_store import RedisStore
 from gateway.limits.stores import open_key_store
 from gateway.limits.worst_case import prompt_token_bound

@@ -17,7 +17,8 @@ from gateway.core.ledger_row import LedgerRow
 from gateway.core.types import ChatResult, RawResult, RequestFacts, Target, Usage
 from gateway.flow.services import Services, TaskOwner
 from gateway.limits.gate import Limits
-from gateway.limits.keys import KeyCache, KeyStore
+from gateway.limits.key_cache import KeyCache
+from gateway.limits.keys import KeyStore
 from gateway.routing.breaker import BreakerBoard
 from gateway.routing.engine_load import EngineBoard
 from gateway.routing.router import Router

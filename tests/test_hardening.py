@@ -532,7 +532,8 @@ def test_the_semantic_layer_does_not_embed_or_store_a_huge_prompt() -> None:
 def test_a_key_confirmed_before_an_outage_works_for_at_most_the_stale_bound(tmp_path: Path) -> None:
     import sqlite3
 
-    from gateway.limits.keys import KeyCache, KeyStore
+    from gateway.limits.key_cache import KeyCache
+    from gateway.limits.keys import KeyStore
 
     store = KeyStore(tmp_path / "keys.db")
     key, rec = store.create("t")

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.limits.keys import KEY_PREFIX, KeyCache, KeyRecord, KeyStore, validate_tenant
+from gateway.limits.key_cache import KeyCache
+from gateway.limits.keys import KEY_PREFIX, KeyRecord, KeyStore, validate_tenant
 
 
 class FakeClock:

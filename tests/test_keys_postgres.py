@@ -22,7 +22,8 @@ import pytest
 
 from gateway.config.settings import Settings
 from gateway.ledger.pg import pg_connect
-from gateway.limits.keys import KeyCache, KeyLimits, KeyStore, hash_key
+from gateway.limits.key_cache import KeyCache
+from gateway.limits.keys import KeyLimits, KeyStore, hash_key
 from gateway.limits.keys_pg import PostgresKeyStore
 from gateway.limits.stores import open_key_store
 from load_tests.mock_upstream import MockUpstream

@@ -19,8 +19,9 @@ import pytest
 
 from gateway.flow.services import TaskOwner
 from gateway.limits.gate import Limits
+from gateway.limits.key_cache import KeyCache
 from gateway.limits.key_watch import KeyWatch
-from gateway.limits.keys import KeyCache, KeyLimits, KeyStore, KeyStoreBase
+from gateway.limits.keys import KeyLimits, KeyStore, KeyStoreBase
 from gateway.limits.keys_pg import PostgresKeyStore
 from tests.pg_support import scratch_schema
 

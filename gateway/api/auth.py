@@ -16,7 +16,7 @@ from gateway.config.policy import Policy
 from gateway.config.settings import Secret
 from gateway.core.errors import AuthenticationError, PermissionDeniedError, ServiceUnavailableError
 from gateway.core.types import Principal
-from gateway.limits.keys import KeyCache, store_errors
+from gateway.limits.key_cache import KeyCache, store_errors
 
 
 def presented_key(headers: Mapping[str, str]) -> str | None:

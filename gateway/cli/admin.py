@@ -39,7 +39,8 @@ from gateway.ledger.report import (
     to_json,
 )
 from gateway.ledger.sqlite import is_postgres_url, ledger_path
-from gateway.limits.keys import KeyLimits, KeyRecord, KeyStoreBase, store_errors
+from gateway.limits.key_cache import store_errors
+from gateway.limits.keys import KeyLimits, KeyRecord, KeyStoreBase
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -31,7 +31,7 @@ from gateway.core.ports import (
     Stickiness,
     Tracer,
 )
-from gateway.limits.keys import KeyCache
+from gateway.limits.key_cache import KeyCache
 from gateway.routing.breaker import BreakerBoard
 from gateway.routing.engine_load import EngineBoard
 from gateway.routing.learned_routes import LearnedRoutes

@@ -19,7 +19,8 @@ import time
 from typing import Final
 
 from gateway.limits.gate import Limits
-from gateway.limits.keys import KeyCache, KeyStoreBase, store_errors
+from gateway.limits.key_cache import KeyCache, store_errors
+from gateway.limits.keys import KeyStoreBase
 
 log = logging.getLogger("switchyard")
 INTERVAL_S: Final = 0.25
