@@ -14,6 +14,7 @@ from typing import Final
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeout
 
 # What one entry costs beyond its key's and value's own objects: the (expiry, value) tuple,
 # the expiry float and the ordered dict's slot and link (CPython 3.11, measured with
@@ -89,6 +90,7 @@ class MemoryCache:
 class RedisCache:
     backend = "redis"
     PREFIX = "switchyard:exact:"
+    SLOW_IN_A_ROW = 3
 
     def __init__(
         self,
@@ -106,15 +108,24 @@ class RedisCache:
         self._max_entry = max_entry_bytes
         self._cooldown = cooldown
         self._down_until = 0.0
+        self._slow = 0  # timeouts in a row
         self.errors = 0
 
     def _available(self) -> bool:
         return time.monotonic() >= self._down_until
 
-    def _failed(self) -> None:
+    def _failed(self, exc: BaseException) -> None:
+        """Count a failure and rest ``cooldown`` seconds, except after a lone timeout: on a
+        loaded replica a late answer is the event loop's delay as often as Redis', so the
+        next lookups still try (``SLOW_IN_A_ROW`` timeouts in a row rest, as an error does)."""
         self.errors += 1
         if self._on_error is not None:
             self._on_error()
+        if isinstance(exc, (TimeoutError, RedisTimeout)):  # ours, or the client's socket timeout
+            self._slow += 1
+            if self._slow < self.SLOW_IN_A_ROW:
+                return
+        self._slow = 0
         self._down_until = time.monotonic() + self._cooldown
 
     async def get(self, key: str) -> bytes | None:
@@ -123,9 +134,10 @@ class RedisCache:
         try:
             async with asyncio.timeout(self._timeout):
                 value = await self._client.get(self.PREFIX + key)
-        except (RedisError, OSError, TimeoutError):
-            self._failed()
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._failed(exc)
             return None
+        self._slow = 0
         return value if isinstance(value, bytes) else None
 
     async def set(self, key: str, value: bytes, ttl: float) -> None:
@@ -137,8 +149,8 @@ class RedisCache:
                     await self._client.delete(self.PREFIX + key)
                     return
                 await self._client.set(self.PREFIX + key, value, px=max(1, int(ttl * 1000)))
-        except (RedisError, OSError, TimeoutError):
-            self._failed()
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._failed(exc)
 
     def held_bytes(self) -> int | None:
         return None  # the entries live in Redis
