@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import orjson
 
-from gateway.ledger.pg import pg_connect
+from gateway.ledger.pg_conn import PgConn
 from gateway.ledger.postgres import pg_migrate
 from gateway.ledger.schema import stored_responses_sql
 from gateway.ledger.sqlite import connect, is_postgres_url
@@ -226,56 +226,32 @@ class PgResponseStore(_Store):
     def __init__(self, url: str, ttl_s: float = DEFAULT_TTL_S) -> None:
         super().__init__(ttl_s)
         self.url = url
-        self._conn: Any = None
+        # the table is a migration, under the migrations' advisory lock
+        self._db = PgConn(url, on_open=pg_migrate)
 
     def prepare(self) -> None:
         """Connect and bring the schema up to date now (at start-up; best effort: a database
         that is down is migrated by the first call that reaches it)."""
         try:
-            with self._lock:
-                self._connected()
+            self._db.connect()
         except Exception as exc:
             log.warning("stored responses: PostgreSQL not reachable at start-up (%s)", type(exc).__name__)
 
-    def _connected(self) -> Any:
-        if self._conn is None or self._conn.closed:
-            conn = pg_connect(self.url)
-            conn.autocommit = True
-            try:  # the table is a migration, under the migrations' advisory lock
-                pg_migrate(conn)
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
-        return self._conn
-
     def _run(self, sql: str, params: tuple[Any, ...]) -> Any:
-        with self._lock:
-            conn = self._connected()
-            try:
-                cur = conn.execute(sql, params)
-                return cur.fetchall() if sql.lstrip().startswith(("SELECT", "WITH")) else cur.rowcount
-            except Exception:
-                conn.close()
-                self._conn = None
-                raise
+        def run(conn: Any) -> Any:
+            cur = conn.execute(sql, params)
+            return cur.fetchall() if sql.lstrip().startswith(("SELECT", "WITH")) else cur.rowcount
+
+        return self._db.autocommit(run)
 
     def _run_many(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        with self._lock:
-            conn = self._connected()
-            try:
-                with conn.transaction():
-                    conn.cursor().executemany(sql, rows)
-            except Exception:
-                conn.close()
-                self._conn = None
-                raise
+        def run(cur: Any) -> None:
+            cur.executemany(sql, rows)
+
+        self._db.transaction(run)
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self._db.close()
 
 
 def open_response_store(ledger_url: str, home: Path) -> SqliteResponseStore | PgResponseStore:

@@ -106,60 +106,55 @@ function cachedShares(rows) {
   return [...sums.entries()].filter(([, s]) => s.input > 0).map(([label, s]) => ({ label, value: s.cached / s.input }));
 }
 
-function conversationsTable(container, rows) {
+// A table of ``rows``: ``headers``, then per row the cells ``cells(r)`` gives; ``mark(tr, r)``
+// sets the row's data attributes (what the tests read). ``emptyText`` when there are none.
+function dataTable(container, emptyText, headers, rows, cells, mark = () => {}) {
   container.replaceChildren();
   if (!rows.length) {
-    container.textContent = "no conversations in this window";
+    container.textContent = emptyText;
     container.className = "empty";
     return;
   }
   container.className = "";
   const table = document.createElement("table");
   const head = table.insertRow();
-  for (const h of ["conversation", "requests", "spend", "input tokens", "cached share"]) {
-    const th = document.createElement("th");
-    th.textContent = h;
-    head.appendChild(th);
-  }
-  const ordered = [...rows].sort((a, b) => Number(b.cost_usd) - Number(a.cost_usd));
-  for (const r of ordered) {
-    const tr = table.insertRow();
-    tr.dataset.conversation = r.group;
-    tr.dataset.cost = r.cost_usd;
-    tr.dataset.cachedShare = r.input_tokens ? String(r.cached_tokens / r.input_tokens) : "";
-    const share = r.input_tokens ? percent(r.cached_tokens / r.input_tokens) : "-";
-    for (const v of [r.group, String(r.requests), usd(r.cost_usd), String(r.input_tokens), share]) {
-      tr.insertCell().textContent = v;
-    }
-  }
-  container.appendChild(table);
-}
-
-function tasksTable(container, rows) {
-  container.replaceChildren();
-  if (!rows.length) {
-    container.textContent = "no tasks in this window";
-    container.className = "empty";
-    return;
-  }
-  container.className = "";
-  const table = document.createElement("table");
-  const head = table.insertRow();
-  for (const h of ["task", "requests", "spend", "rated", "quality"]) {
+  for (const h of headers) {
     const th = document.createElement("th");
     th.textContent = h;
     head.appendChild(th);
   }
   for (const r of rows) {
     const tr = table.insertRow();
-    tr.dataset.task = r.group;
-    tr.dataset.quality = r.quality === null ? "" : String(r.quality);
-    const quality = r.quality === null ? "-" : r.quality.toFixed(2);
-    for (const v of [r.group, String(r.requests), usd(r.cost_usd), String(r.rated), quality]) {
-      tr.insertCell().textContent = v;
-    }
+    mark(tr, r);
+    for (const v of cells(r)) tr.insertCell().textContent = v;
   }
   container.appendChild(table);
+}
+
+function conversationsTable(container, rows) {
+  const ordered = [...rows].sort((a, b) => Number(b.cost_usd) - Number(a.cost_usd));
+  const share = (r) => (r.input_tokens ? r.cached_tokens / r.input_tokens : null);
+  dataTable(
+    container, "no conversations in this window",
+    ["conversation", "requests", "spend", "input tokens", "cached share"], ordered,
+    (r) => [r.group, String(r.requests), usd(r.cost_usd), String(r.input_tokens), share(r) === null ? "-" : percent(share(r))],
+    (tr, r) => {
+      tr.dataset.conversation = r.group;
+      tr.dataset.cost = r.cost_usd;
+      tr.dataset.cachedShare = share(r) === null ? "" : String(share(r));
+    },
+  );
+}
+
+function tasksTable(container, rows) {
+  dataTable(
+    container, "no tasks in this window", ["task", "requests", "spend", "rated", "quality"], rows,
+    (r) => [r.group, String(r.requests), usd(r.cost_usd), String(r.rated), r.quality === null ? "-" : r.quality.toFixed(2)],
+    (tr, r) => {
+      tr.dataset.task = r.group;
+      tr.dataset.quality = r.quality === null ? "" : String(r.quality);
+    },
+  );
 }
 
 // Mean feedback score per group, over the groups with rated requests.
@@ -177,26 +172,10 @@ function sumBy(rows, key, field) {
 }
 
 function budgetsTable(container, rows) {
-  container.replaceChildren();
-  if (!rows.length) {
-    container.textContent = "no budgets configured";
-    container.className = "empty";
-    return;
-  }
-  const table = document.createElement("table");
-  const head = table.insertRow();
-  for (const h of ["scope", "name", "period", "limit", "spent", "remaining"]) {
-    const th = document.createElement("th");
-    th.textContent = h;
-    head.appendChild(th);
-  }
-  for (const r of rows) {
-    const tr = table.insertRow();
-    for (const v of [r.scope, r.name, r.period, usd(r.limit_usd), usd(r.spent_usd), usd(r.remaining_usd)]) {
-      tr.insertCell().textContent = v;
-    }
-  }
-  container.appendChild(table);
+  dataTable(
+    container, "no budgets configured", ["scope", "name", "period", "limit", "spent", "remaining"], rows,
+    (r) => [r.scope, r.name, r.period, usd(r.limit_usd), usd(r.spent_usd), usd(r.remaining_usd)],
+  );
 }
 
 async function refresh() {
