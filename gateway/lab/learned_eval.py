@@ -10,6 +10,7 @@ stream stands in for its list price, and no ability is known)."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -62,6 +63,14 @@ def read_stream(path: Path) -> Stream:
         price.setdefault(m, sum(r.costs[m] for r in rows) / len(rows))
     ability = {m: float(meta[m]["ability"]) for m in models if m in meta and "ability" in meta[m]}
     return Stream(rows, models, price, ability)
+
+
+def half(stream: Stream, which: int) -> Stream:
+    """One half of the stream's tasks (``which`` 0 or 1: every other task in the order of
+    their names' SHA-1), to tune on one half and report on the other."""
+    tasks = sorted({r.task for r in stream.rows}, key=lambda t: hashlib.sha1(t.encode()).hexdigest())
+    keep = set(tasks[which::2])
+    return Stream([r for r in stream.rows if r.task in keep], stream.models, stream.price, stream.ability)
 
 
 @dataclass(frozen=True, slots=True)
