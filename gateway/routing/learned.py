@@ -12,50 +12,54 @@ f x its own best target, at the least cost. The rule:
 * Each (task, model) has a Beta posterior over its mean score. Its prior is centred on an
   additive logit model fitted to every cell (``learned_prior.fit``: a model's strength plus a
   task's ease, anchored on the catalog ability where known, else a guess from the price rank)
-  and is worth as many observations as the cells' spread around that model allows
-  (``learned_prior.strength``, at most ``prior_strength``); the task's own scores update it.
-  The centre's own uncertainty (large while the model has little evidence over the route) is
-  added to the spread, in the share the prior still has in the posterior.
-* ``plan``: every task starts on its best model (posterior mean) and walks down its *frontier*
-  (the upper convex hull of (cost, mean): each step the least quality lost per dollar saved);
-  the step saving the most dollars per unit of quality over all tasks goes first, as far as a
-  *lower confidence bound* of the route's margin over q x the best single model allows:
-  ``sum_t w_t (mix_t - q * q_t(m*)) - z * sqrt(sum_t w_t^2 Var(...)) >= need`` (w_t: the task's
-  share of the traffic, Var from the posteriors), and as far as the task's mix stays above
-  f x its best at the same confidence (a task may mix a model below the floor with a better
-  one). A step that does not fit whole is taken in part (the task mixes two neighbours).
-  ``need`` is the route's realised bank: what the served requests scored beyond q x the best
-  single model's estimate on the same tasks (exploration's shortfall and exploitation's luck
-  both), owed back over a future as long as the past.
+  and is worth as many observations as the model's cells' spread around it allows
+  (``learned_prior.strength``, per model, at most ``prior_strength``); the task's own scores
+  update it. The centre's own uncertainty (large while the model has little evidence over the
+  route) is added to the spread, in the share the prior still has in the posterior, and it is
+  one error for all the model's tasks: route-wide sums add it up before squaring it.
+* ``plan``: every task starts on its best model and walks down its *frontier* (the upper
+  convex hull of (cost, value), a model valued at ``mean - Z_PICK x sd``: the models the plan
+  picks are the ones whose means came out high); the step saving the most dollars per unit of
+  quality over all tasks goes first, as far as a *lower confidence bound* of the route's margin
+  over q x the best single model allows: ``sum_t w_t (mix_t - q * q_t(m*)) - z * sd >= need``
+  (w_t: the task's share of the traffic, sd from the posteriors), and as far as the task's mix
+  stays above f x its best at the same confidence (a task may mix a model below the floor with
+  a better one). A step that does not fit whole is taken in part (the task mixes two
+  neighbours). ``need`` is the route's realised bank: what the served requests scored beyond
+  q x an upper bound (``Z_BAR``) of the best single model on the same tasks (exploration's
+  shortfall and exploitation's luck both), owed back over a future half as long as the past.
 * ``choose``: after a warm-up (``warmup`` observations per model over the route, and every
-  model cheaper than the plan's pick once on each task), explore a model that could still
-  change the plan: a cheaper one whose upper bound reaches f x the pick's mean (the most
-  promising first; up to 2.5 x ``explore_share`` of the task's requests), or one that could
-  be the task's best (up to ``explore_share``); none while the plan's bound is below zero (no
-  quality left to spend). Else, on ``reference_share`` of requests, serve the model with the
-  highest upper bound of the route-wide mean (the contender for best single model: the bar
-  the route is held to must be measured, not assumed). Otherwise exploit the plan.
-  Exploration is paid like any request.
+  model cheaper than the plan's pick whose upper bound reaches the floor once on each task),
+  explore a model that could still change the plan: a cheaper one whose upper bound reaches
+  f x the pick's mean (the most promising first; up to 2.5 x ``explore_share`` of the task's
+  requests), or one that could be the task's best (up to ``explore_share``); none while the
+  plan's bound is below zero (no quality left to spend). Else, on ``reference_share`` of
+  requests, serve the model with the highest upper bound of the route-wide mean (the contender
+  for best single model: the bar the route is held to must be measured, not assumed).
+  Otherwise exploit the plan. Exploration is paid like any request.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from gateway.routing.learned_frontier import Part, Totals
 from gateway.routing.learned_frontier import frontier as _frontier
 from gateway.routing.learned_frontier import part as _part
-from gateway.routing.learned_prior import fit, logit, sigmoid, strength
+from gateway.routing.learned_prior import fit, logit, prior_means, sigmoid, strength
 
 MAX_TASKS: Final = 200  # tasks a learner plans for; further ones share OTHER
 OTHER: Final = "(other)"
 Z_PLAN: Final = 1.0  # one-sided confidence of the route's margin (about 84%)
 Z_EXPLORE: Final = 2.0  # upper bound used to decide whether a model could still matter
+Z_BAR: Final = 1.0  # the bank's bar: the best single model's upper bound, not its mean
+BANK_HORIZON: Final = 0.5  # the bank is owed back over a future this share of the past
+Z_PICK: Final = 0.25  # the plan values a model it would serve at mean - Z_PICK x sd
 CENTRE_N: Final = 2.0  # what a model's route-wide centre is worth before it has evidence
-PRIOR_LOW, PRIOR_SPAN = 0.45, 0.2  # the price-rank prior: cheapest 0.45 .. dearest 0.65
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +68,8 @@ class LearnSettings:
     task_floor: float = 0.85
     prior_strength: float = 12.0  # most pseudo-observations the additive prior is worth
     warmup: int = 3  # observations per model over the route before the bound-driven exploration
-    explore_share: float = 0.06  # of a task's requests (past two); 2.5x for cheaper candidates
-    reference_share: float = 0.04  # of requests serving the model that could be the best single one
+    explore_share: float = 0.02  # of a task's requests (past two); 2.5x for cheaper candidates
+    reference_share: float = 0.02  # of requests serving the model that could be the best single one
     max_explore_obs: int = 200  # a model needs no more observations on a task than this
     replan_every: int = 8  # observations between two plans (and at every new task)
     z: float = Z_PLAN
@@ -93,6 +97,7 @@ class Estimate:
     sd: float
     n: float
     cost: float
+    shared: float = 0.0  # the part of sd from the model's route-wide centre, shared by its tasks
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +132,7 @@ class Learner:
         self.models = tuple(models)
         self.settings = settings or LearnSettings()
         self.price = {m: max(float(price.get(m, 1.0)), 1e-12) for m in self.models}
-        self.prior = _prior_means(self.models, self.price, ability or {})
+        self.prior = prior_means(self.models, self.price, ability or {})
         self.tasks: dict[str, TaskState] = {}
         self._plan: Plan | None = None
         self._since_plan = 0
@@ -135,6 +140,7 @@ class Learner:
         self._fitted: tuple[dict[str, float], dict[str, float]] | None = None
         self._pooled_n: dict[str, float] | None = None  # per model, while a plan is made
         self._strength = self.settings.prior_strength
+        self._strengths: dict[str, float] = {}
 
     # -- evidence ----------------------------------------------------------------------
     def name(self, task: str) -> str:
@@ -190,7 +196,7 @@ class Learner:
         the model did elsewhere and a task's own evidence takes over as it accumulates."""
         task = self.name(task)
         arm = self.task(task).arms[model]
-        k = self._strength
+        k = self._strengths.get(model, self._strength)
         centre = self._centre(task, model)
         a = centre * k + arm.s
         b = (1.0 - centre) * k + (arm.n - arm.s)
@@ -199,8 +205,10 @@ class Learner:
         # The centre itself is uncertain while the model has little evidence over the route,
         # and that uncertainty is shared by every task: its share of the posterior's mean.
         pooled = self._pooled_n.get(model, 0.0) if self._pooled_n is not None else self._pooled(model)[0]
-        var += (k / (k + arm.n)) ** 2 * centre * (1.0 - centre) / (pooled + CENTRE_N)
-        return Estimate(model, mean, math.sqrt(var), arm.n, self._cost(task, model))
+        shared = (k / (k + arm.n)) ** 2 * centre * (1.0 - centre) / (pooled + CENTRE_N)
+        return Estimate(
+            model, mean, math.sqrt(var + shared), arm.n, self._cost(task, model), math.sqrt(shared)
+        )
 
     def _centre(self, task: str, model: str) -> float:
         """The prior mean: the additive model's prediction (``learned_prior``), refitted at
@@ -214,7 +222,7 @@ class Learner:
         cells = {(t, m): (arm.n, arm.s) for t, st in self.tasks.items() for m, arm in st.arms.items()}
         self._fitted = fit(cells, self.prior, sweeps=8 if self._fitted is None else 3, start=self._fitted)
         a, b = self._fitted
-        self._strength = strength(
+        self._strength, self._strengths = strength(
             cells, lambda t, m: sigmoid(a.get(m, 0.0) + b.get(t, 0.0)), self.settings.prior_strength
         )
 
@@ -259,20 +267,28 @@ class Learner:
         est = {t: {e.model: e for e in self.estimates(t)} for t in names}
         single = {m: sum(w[t] * est[t][m].mean for t in names) for m in self.models}
         best_single = max(self.models, key=lambda m: single[m])
-        spread = {m: math.sqrt(sum((w[t] * est[t][m].sd) ** 2 for t in names)) for m in self.models}
+        spread = {m: _route_sd([(w[t], est[t][m]) for t in names]) for m in self.models}
         # the model that could most be the best single one (upper bound): the bar's sample
         contender = max(self.models, key=lambda m: (single[m] + Z_EXPLORE * spread[m], -self.price[m]))
         need = self._need(est, best_single)
-        hulls = {t: _frontier(list(est[t].values())) for t in names}
+        # what a model would serve, planned on a lower bound (the plan picks the cheap models that
+        # look good: their posterior means are the optimistic ones); the bar on its mean
+        low = {t: {m: _shift(e, -Z_PICK) for m, e in est[t].items()} for t in names}
+        hulls = {t: _frontier(list(low[t].values())) for t in names}
 
-        def margin(t: str, a: Estimate, b: Estimate, f: float) -> tuple[float, float]:
-            """Task t's term of the route's margin (mean, variance) with a share f moved a -> b."""
+        def margin(t: str, a: Estimate, b: Estimate, f: float) -> Part:
+            """Task t's term of the route's margin with a share f moved a -> b: its mean, its
+            variance of the task's own, and per model its part of the shared (centre) spread."""
             coef = {a.model: 1.0 - f}
             coef[b.model] = coef.get(b.model, 0.0) + f
             coef[best_single] = coef.get(best_single, 0.0) - s.quality_target
-            mean = w[t] * sum(c * est[t][m].mean for m, c in coef.items())
-            var = w[t] ** 2 * sum((c * est[t][m].sd) ** 2 for m, c in coef.items())
-            return mean, var
+            e = est[t]
+            lo = low[t]
+            mean = w[t] * (
+                (1 - f) * lo[a.model].mean + f * lo[b.model].mean - s.quality_target * e[best_single].mean
+            )
+            var = w[t] ** 2 * sum(c * c * (e[m].sd ** 2 - e[m].shared ** 2) for m, c in coef.items())
+            return mean, var, {m: w[t] * c * e[m].shared for m, c in coef.items()}
 
         def floor_ok(t: str, a: Estimate, b: Estimate, f: float) -> bool:
             top = hulls[t][0]
@@ -285,11 +301,9 @@ class Learner:
 
         pos = dict.fromkeys(names, 0)
         parts = {t: margin(t, hulls[t][0], hulls[t][0], 0.0) for t in names}
-        mean_sum = sum(p[0] for p in parts.values())
-        var_sum = sum(p[1] for p in parts.values())
-
-        def lcb(mean: float, var: float) -> float:
-            return mean - need - s.z * math.sqrt(max(var, 0.0))
+        route = Totals(need, s.z)
+        for p in parts.values():
+            route.add(p, 1.0)
 
         mix: dict[str, list[tuple[str, float]]] = {t: [(hulls[t][0].model, 1.0)] for t in names}
         open_ = set(names)
@@ -305,34 +319,28 @@ class Learner:
                 break
             _, t = max(steps)
             a, b = hulls[t][pos[t]], hulls[t][pos[t] + 1]
+            old = parts[t]
 
-            rest = (mean_sum - parts[t][0], var_sum - parts[t][1])
-
-            def fits(
-                f: float, t: str = t, a: Estimate = a, b: Estimate = b, rest: tuple[float, float] = rest
-            ) -> float:
+            def fits(f: float, t: str = t, a: Estimate = a, b: Estimate = b, old: Part = old) -> float:
                 """The route's bound with a share f of task t moved a -> b (-1: below floor)."""
-                new = margin(t, a, b, f)
-                ok = floor_ok(t, a, b, f)
-                return lcb(rest[0] + new[0], rest[1] + new[1]) if ok else -1.0
+                return route.lcb_with(old, margin(t, a, b, f)) if floor_ok(t, a, b, f) else -1.0
 
-            whole = margin(t, a, b, 1.0)
-            whole_route = lcb(rest[0] + whole[0], rest[1] + whole[1]) >= 0
+            whole_route = route.lcb_with(old, margin(t, a, b, 1.0)) >= 0
             f = 1.0 if whole_route and floor_ok(t, a, b, 1.0) else _part(fits)
             if f > 0.02:
                 new = margin(t, a, b, f)
-                mean_sum += new[0] - parts[t][0]
-                var_sum += new[1] - parts[t][1]
+                route.add(old, -1.0)
+                route.add(new, 1.0)
                 parts[t] = new
                 mix[t] = [(b.model, 1.0)] if f == 1.0 else [(b.model, f), (a.model, 1.0 - f)]
             if f == 1.0:
                 pos[t] += 1
-                parts[t] = margin(t, b, b, 0.0)
+                parts[t] = margin(t, b, b, 0.0)  # the same term, rebased on b
             elif not whole_route:
                 break  # the route's margin is spent
             else:
                 open_.discard(t)  # the task's floor stops it here
-        return Plan(mix, best_single, lcb(mean_sum, var_sum), contender)
+        return Plan(mix, best_single, route.lcb(), contender)
 
     def _need(self, est: Mapping[str, Mapping[str, Estimate]], best_single: str) -> float:
         """The margin per request the plan must add so that the route makes up for what its
@@ -342,9 +350,11 @@ class Learner:
         names = list(est)
         rated = sum(a.n for t in names for a in self.tasks[t].arms.values())
         got = sum(a.s for t in names for a in self.tasks[t].arms.values())
-        bar = sum(sum(a.n for a in self.tasks[t].arms.values()) * est[t][best_single].mean for t in names)
-        bank = got - s.quality_target * bar
-        return -bank / max(1.0, rated)
+        n_t = {t: sum(a.n for a in self.tasks[t].arms.values()) for t in names}
+        bar = sum(n_t[t] * est[t][best_single].mean for t in names)
+        sd = _route_sd([(n_t[t], est[t][best_single]) for t in names])
+        bank = got - s.quality_target * (bar + Z_BAR * sd)
+        return -bank / max(1.0, BANK_HORIZON * rated)
 
     # -- the decision ------------------------------------------------------------------
     def choose(self, task: str, rng: random.Random) -> Choice:
@@ -377,8 +387,16 @@ class Learner:
         cold = [m for m in self.models if self._pooled(m)[0] < s.warmup and m != picked]
         if cold:  # warm-up: every model a few times over the route, the cheapest first
             return min(cold, key=lambda m: (self._pooled(m)[0], self.price[m])), "warm-up"
-        # every cheaper model once on each task: the prior alone never writes one off
+        # every cheaper model once on each task, unless its upper bound (prior and all) is below
+        # the floor: the shared centre's spread keeps that bound wide until the model is known
         unseen = [m for m in self.models if state.arms[m].n < 1 and self.price[m] < self.price[picked]]
+        if unseen:
+            cur = self.estimate(task, picked)
+            unseen = [
+                m
+                for m in unseen
+                if (e := self.estimate(task, m)).mean + Z_EXPLORE * e.sd >= s.task_floor * cur.mean
+            ]
         if unseen:
             return min(unseen, key=lambda m: self.price[m]), "warm-up"
         if warm_only:
@@ -405,6 +423,18 @@ class Learner:
         return m, why
 
 
+def _route_sd(terms: Sequence[tuple[float, Estimate]]) -> float:
+    """The spread of a weighted sum of one model's estimates over tasks: the tasks' own parts
+    add in variance, the shared centre's part adds up first."""
+    own = sum((w * (e.sd**2 - e.shared**2) ** 0.5) ** 2 for w, e in terms)
+    shared = sum(w * e.shared for w, e in terms)
+    return math.sqrt(own + shared * shared)
+
+
+def _shift(e: Estimate, k: float) -> Estimate:
+    return Estimate(e.model, e.mean + k * e.sd, e.sd, e.n, e.cost, e.shared)
+
+
 def _draw(mix: list[tuple[str, float]], rng: random.Random) -> str:
     if len(mix) == 1:
         return mix[0][0]
@@ -414,20 +444,3 @@ def _draw(mix: list[tuple[str, float]], rng: random.Random) -> str:
         if r < acc:
             return model
     return mix[-1][0]
-
-
-def _prior_means(
-    models: Iterable[str], price: Mapping[str, float], ability: Mapping[str, float]
-) -> dict[str, float]:
-    """The catalog's ability where it has one, else a guess from the price rank (dearer models
-    are a little better on average): 0.45 for the cheapest to 0.65 for the dearest."""
-    models = list(models)
-    order = sorted(models, key=lambda m: price[m])
-    out = {}
-    for m in models:
-        if m in ability:
-            out[m] = min(0.98, max(0.02, float(ability[m])))
-        else:
-            rank = order.index(m) / max(1, len(order) - 1)
-            out[m] = PRIOR_LOW + PRIOR_SPAN * rank
-    return out

@@ -1,8 +1,10 @@
 """The learned route's planner helpers, pure: a task's efficient frontier over its models'
-estimates, and the largest share of a move that keeps a bound non-negative."""
+estimates, the largest share of a move that keeps a bound non-negative, and the route's
+margin summed over tasks."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
@@ -46,3 +48,36 @@ def part(fn: Callable[[float], float]) -> float:
         else:
             hi = mid
     return lo
+
+
+Part = tuple[float, float, dict[str, float]]  # a task's margin term: mean, own variance, shared sds
+
+
+class Totals:
+    """The route's margin summed over tasks: the tasks' own variances add, while a model's
+    shared (centre) spread adds up across its tasks before it is squared (one error for all)."""
+
+    def __init__(self, need: float, z: float) -> None:
+        self.need, self.z = need, z
+        self.mean = self.var = 0.0
+        self.shared: dict[str, float] = {}
+
+    def add(self, p: Part, sign: float) -> None:
+        self.mean += sign * p[0]
+        self.var += sign * p[1]
+        for m, v in p[2].items():
+            self.shared[m] = self.shared.get(m, 0.0) + sign * v
+
+    def lcb(self) -> float:
+        var = self.var + sum(v * v for v in self.shared.values())
+        return self.mean - self.need - self.z * math.sqrt(max(var, 0.0))
+
+    def lcb_with(self, old: Part, new: Part) -> float:
+        """The bound with one task's term ``old`` replaced by ``new``."""
+        var = self.var - old[1] + new[1]
+        sh = self.shared
+        var += sum(v * v for m, v in sh.items() if m not in old[2] and m not in new[2])
+        for m in old[2].keys() | new[2].keys():
+            v = sh.get(m, 0.0) - old[2].get(m, 0.0) + new[2].get(m, 0.0)
+            var += v * v
+        return self.mean - old[0] + new[0] - self.need - self.z * math.sqrt(max(var, 0.0))
