@@ -58,6 +58,7 @@ Z_PLAN: Final = 1.0  # one-sided confidence of the route's margin (about 84%)
 Z_EXPLORE: Final = 2.0  # upper bound used to decide whether a model could still matter
 Z_BAR: Final = 1.0  # the bank's bar: the best single model's upper bound, not its mean
 BANK_HORIZON: Final = 0.5  # the bank is owed back over a future this share of the past
+REFIT_GROWTH: Final = 0.05  # the evidence's growth that triggers a refit of the prior
 Z_PICK: Final = 0.25  # the plan values a model it would serve at mean - Z_PICK x sd
 CENTRE_N: Final = 2.0  # what a model's route-wide centre is worth before it has evidence
 
@@ -141,6 +142,7 @@ class Learner:
         self._pooled_n: dict[str, float] | None = None  # per model, while a plan is made
         self._strength = self.settings.prior_strength
         self._strengths: dict[str, float] = {}
+        self._fit_seen = 0.0  # observations at the last refit
 
     # -- evidence ----------------------------------------------------------------------
     def name(self, task: str) -> str:
@@ -250,8 +252,14 @@ class Learner:
     # -- the plan ----------------------------------------------------------------------
     def plan(self) -> Plan:
         if self._plan is None or self._since_plan >= self.settings.replan_every:
-            self._refit()
             self._pooled_n = {m: self._pooled(m)[0] for m in self.models}
+            seen = sum(self._pooled_n.values())
+            # the prior is refitted once the evidence has grown by REFIT_GROWTH (or tasks came):
+            # it moves little between two plans, and the fit is most of a plan's time
+            stale = self._fitted is None or len(self._fitted[1]) != len(self.tasks)
+            if stale or seen >= self._fit_seen * (1 + REFIT_GROWTH):
+                self._refit()
+                self._fit_seen = seen
             try:
                 self._plan = self._make_plan()
             finally:
