@@ -118,10 +118,12 @@ def cmd_feedback_quality(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_routing(args: argparse.Namespace) -> int:
-    from gateway.lab.learned_eval import read_stream, report
+    from gateway.lab.learned_eval import half, read_stream, report
     from gateway.routing.learned import LearnSettings
 
     stream = read_stream(Path(args.stream))
+    if args.half is not None:
+        stream = half(stream, args.half)
     settings = LearnSettings(quality_target=args.quality_target, task_floor=args.task_floor)
     result = report(stream, settings, seeds=args.seeds)
     if args.json:
@@ -271,6 +273,9 @@ def register_eval(esub: Any) -> None:
     ev.add_argument("--quality-target", type=float, default=0.95)
     ev.add_argument("--task-floor", type=float, default=0.85)
     ev.add_argument("--seeds", type=int, default=3, help="orderings of the stream averaged")
+    ev.add_argument(
+        "--half", type=int, choices=[0, 1], default=None, help="only every other task (by SHA-1 of its name)"
+    )
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=cmd_eval_routing)
     cas = esub.add_parser("cascade", help="the verifier cascade on answers with labels (gsm8k-dev)")

@@ -10,6 +10,7 @@ stream stands in for its list price, and no ability is known)."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from gateway.routing.learned import Learner, LearnSettings
+from gateway.routing.learned import Estimate, Learner, LearnSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,14 @@ def read_stream(path: Path) -> Stream:
         price.setdefault(m, sum(r.costs[m] for r in rows) / len(rows))
     ability = {m: float(meta[m]["ability"]) for m in models if m in meta and "ability" in meta[m]}
     return Stream(rows, models, price, ability)
+
+
+def half(stream: Stream, which: int) -> Stream:
+    """One half of the stream's tasks (``which`` 0 or 1: every other task in the order of
+    their names' SHA-1), to tune on one half and report on the other."""
+    tasks = sorted({r.task for r in stream.rows}, key=lambda t: hashlib.sha1(t.encode()).hexdigest())
+    keep = set(tasks[which::2])
+    return Stream([r for r in stream.rows if r.task in keep], stream.models, stream.price, stream.ability)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +126,7 @@ def route_oracle(
 ) -> tuple[float, float]:
     """What the learned route's plan would do knowing every (task, model)'s true mean score and
     cost: the same planner, fed the whole stream's outcomes as near-certain evidence."""
-    learner = Learner(stream.models, stream.price, stream.ability, settings)
+    learner = _Oracle(stream.models, stream.price, stream.ability, settings)
     big = 1e6
     for t, trows in by_task.items():
         state = learner.task(t)
@@ -133,6 +142,13 @@ def route_oracle(
             q += share * r.scores[m]
             c += share * r.costs[m]
     return q / len(stream.rows), c
+
+
+class _Oracle(Learner):
+    """The planner on known means: nothing served yet, so nothing to make up."""
+
+    def _need(self, est: Mapping[str, Mapping[str, Estimate]], best_single: str) -> float:
+        return 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,41 +12,55 @@ f x its own best target, at the least cost. The rule:
 * Each (task, model) has a Beta posterior over its mean score. Its prior is centred on an
   additive logit model fitted to every cell (``learned_prior.fit``: a model's strength plus a
   task's ease, anchored on the catalog ability where known, else a guess from the price rank)
-  and is worth as many observations as the cells' spread around that model allows
-  (``learned_prior.strength``, at most ``prior_strength``); the task's own scores update it.
-* ``plan``: start every task on its best model (posterior mean), then move tasks to cheaper
-  models, the most dollars saved per unit of quality lost first, while a *lower confidence
-  bound* of the route's margin over q x the best single model stays above what exploration
-  has cost in quality so far (``deficit``, made up by the exploited traffic):
-  ``sum_t w_t (q_t(m_t) - q * q_t(m*)) - z * sqrt(sum_t w_t^2 Var(...)) >= need`` (w_t: the
-  task's share of the traffic, Var from the Beta posteriors). A move must also keep the task
-  above f x its best at the same confidence. The last move that does not fit whole is taken in
-  part: that task mixes two targets. The margin shrinks as evidence accumulates, so the rule
-  is calibrated by what has been observed rather than a fixed 95% rule.
+  and is worth as many observations as the model's cells' spread around it allows
+  (``learned_prior.strength``, per model, at most ``prior_strength``); the task's own scores
+  update it. The centre's own uncertainty (large while the model has little evidence over the
+  route) is added to the spread, in the share the prior still has in the posterior, and it is
+  one error for all the model's tasks: route-wide sums add it up before squaring it.
+* ``plan``: every task starts on its best model and walks down its *frontier* (the upper
+  convex hull of (cost, value), a model valued at ``mean - Z_PICK x sd``: the models the plan
+  picks are the ones whose means came out high); the step saving the most dollars per unit of
+  quality over all tasks goes first, as far as a *lower confidence bound* of the route's margin
+  over q x the best single model allows: ``sum_t w_t (mix_t - q * q_t(m*)) - z * sd >= need``
+  (w_t: the task's share of the traffic, sd from the posteriors), and as far as the task's mix
+  stays above f x its best at the same confidence (a task may mix a model below the floor with
+  a better one). A step that does not fit whole is taken in part (the task mixes two
+  neighbours). ``need`` is the route's realised bank: what the served requests scored beyond
+  q x an upper bound (``Z_BAR``) of the best single model on the same tasks (exploration's
+  shortfall and exploitation's luck both), owed back over a future half as long as the past.
 * ``choose``: after a warm-up (``warmup`` observations per model over the route, and every
-  model cheaper than the plan's pick once on each task), explore a model that could still
-  change the plan: a cheaper one whose upper bound reaches f x the pick's mean (the most
-  promising first; up to 2.5 x ``explore_share`` of the task's requests), or one that could
-  be the task's best (up to ``explore_share``); none while the plan's bound is below zero (no
-  quality left to spend). Otherwise exploit the plan. Exploration is paid like any request.
+  model cheaper than the plan's pick whose upper bound reaches the floor once on each task),
+  explore a model that could still change the plan: a cheaper one whose upper bound reaches
+  f x the pick's mean (the most promising first; up to 2.5 x ``explore_share`` of the task's
+  requests), or one that could be the task's best (up to ``explore_share``); none while the
+  plan's bound is below zero (no quality left to spend). Else, on ``reference_share`` of
+  requests, serve the model with the highest upper bound of the route-wide mean (the contender
+  for best single model: the bar the route is held to must be measured, not assumed).
+  Otherwise exploit the plan. Exploration is paid like any request.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from gateway.routing.learned_prior import fit, logit, sigmoid, strength
+from gateway.routing.learned_frontier import Part, Totals
+from gateway.routing.learned_frontier import frontier as _frontier
+from gateway.routing.learned_frontier import part as _part
+from gateway.routing.learned_prior import fit, logit, prior_means, sigmoid, strength
 
 MAX_TASKS: Final = 200  # tasks a learner plans for; further ones share OTHER
 OTHER: Final = "(other)"
 Z_PLAN: Final = 1.0  # one-sided confidence of the route's margin (about 84%)
 Z_EXPLORE: Final = 2.0  # upper bound used to decide whether a model could still matter
-PRIOR_LOW, PRIOR_SPAN = 0.45, 0.2  # the price-rank prior: cheapest 0.45 .. dearest 0.65
+Z_BAR: Final = 1.0  # the bank's bar: the best single model's upper bound, not its mean
+BANK_HORIZON: Final = 0.5  # the bank is owed back over a future this share of the past
+REFIT_GROWTH: Final = 0.05  # the evidence's growth that triggers a refit of the prior
+Z_PICK: Final = 0.25  # the plan values a model it would serve at mean - Z_PICK x sd
+CENTRE_N: Final = 2.0  # what a model's route-wide centre is worth before it has evidence
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +69,8 @@ class LearnSettings:
     task_floor: float = 0.85
     prior_strength: float = 12.0  # most pseudo-observations the additive prior is worth
     warmup: int = 3  # observations per model over the route before the bound-driven exploration
-    explore_share: float = 0.06  # of a task's requests (past two); 2.5x for cheaper candidates
+    explore_share: float = 0.02  # of a task's requests (past two); 2.5x for cheaper candidates
+    reference_share: float = 0.02  # of requests serving the model that could be the best single one
     max_explore_obs: int = 200  # a model needs no more observations on a task than this
     replan_every: int = 8  # observations between two plans (and at every new task)
     z: float = Z_PLAN
@@ -83,6 +98,7 @@ class Estimate:
     sd: float
     n: float
     cost: float
+    shared: float = 0.0  # the part of sd from the model's route-wide centre, shared by its tasks
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +114,7 @@ class Plan:
     mix: dict[str, list[tuple[str, float]]]  # task -> [(model, share)]
     best_single: str
     lcb_margin: float  # the route's margin's lower bound at the plan
+    contender: str = ""  # the model with the highest upper bound of the route's mean
 
 
 class Learner:
@@ -116,16 +133,16 @@ class Learner:
         self.models = tuple(models)
         self.settings = settings or LearnSettings()
         self.price = {m: max(float(price.get(m, 1.0)), 1e-12) for m in self.models}
-        self.prior = _prior_means(self.models, self.price, ability or {})
+        self.prior = prior_means(self.models, self.price, ability or {})
         self.tasks: dict[str, TaskState] = {}
         self._plan: Plan | None = None
         self._since_plan = 0
-        # Exploration's quality shortfall so far (sum over explored requests with feedback of
-        # q x the reference's estimate - the score), which exploitation makes up.
-        self.deficit = 0.0
         self.explored = 0
         self._fitted: tuple[dict[str, float], dict[str, float]] | None = None
+        self._pooled_n: dict[str, float] | None = None  # per model, while a plan is made
         self._strength = self.settings.prior_strength
+        self._strengths: dict[str, float] = {}
+        self._fit_seen = 0.0  # observations at the last refit
 
     # -- evidence ----------------------------------------------------------------------
     def name(self, task: str) -> str:
@@ -150,7 +167,8 @@ class Learner:
         explore: bool = False,
     ) -> None:
         """A served request's outcome (``score`` in [0, 1], None: no feedback yet) and cost;
-        ``explore``: the request explored (its shortfall is made up by the plan)."""
+        ``explore``: the request explored (kept for the callers; every served outcome counts
+        in the route's realised bank alike, see ``_need``)."""
         task = self.name(task)
         arm = self.task(task).arms.get(model)
         if arm is None:
@@ -162,9 +180,6 @@ class Learner:
             arm.n += 1.0
             arm.s += min(1.0, max(0.0, score))
             self._since_plan += 1
-            if explore and self._plan is not None:
-                ref = self.estimate(task, self._plan.best_single).mean
-                self.deficit += self.settings.quality_target * ref - min(1.0, max(0.0, score))
 
     def load(self, task: str, model: str, n: float, total: float, requests: int = 0) -> None:
         """Set a (task, model)'s evidence from the database (a rebuild or a replica's sync)."""
@@ -183,13 +198,19 @@ class Learner:
         the model did elsewhere and a task's own evidence takes over as it accumulates."""
         task = self.name(task)
         arm = self.task(task).arms[model]
-        k = self._strength
+        k = self._strengths.get(model, self._strength)
         centre = self._centre(task, model)
         a = centre * k + arm.s
         b = (1.0 - centre) * k + (arm.n - arm.s)
         mean = a / (a + b)
         var = a * b / ((a + b) ** 2 * (a + b + 1.0))
-        return Estimate(model, mean, math.sqrt(var), arm.n, self._cost(task, model))
+        # The centre itself is uncertain while the model has little evidence over the route,
+        # and that uncertainty is shared by every task: its share of the posterior's mean.
+        pooled = self._pooled_n.get(model, 0.0) if self._pooled_n is not None else self._pooled(model)[0]
+        shared = (k / (k + arm.n)) ** 2 * centre * (1.0 - centre) / (pooled + CENTRE_N)
+        return Estimate(
+            model, mean, math.sqrt(var + shared), arm.n, self._cost(task, model), math.sqrt(shared)
+        )
 
     def _centre(self, task: str, model: str) -> float:
         """The prior mean: the additive model's prediction (``learned_prior``), refitted at
@@ -201,9 +222,9 @@ class Learner:
 
     def _refit(self) -> None:
         cells = {(t, m): (arm.n, arm.s) for t, st in self.tasks.items() for m, arm in st.arms.items()}
-        self._fitted = fit(cells, self.prior, start=self._fitted)
+        self._fitted = fit(cells, self.prior, sweeps=8 if self._fitted is None else 3, start=self._fitted)
         a, b = self._fitted
-        self._strength = strength(
+        self._strength, self._strengths = strength(
             cells, lambda t, m: sigmoid(a.get(m, 0.0) + b.get(t, 0.0)), self.settings.prior_strength
         )
 
@@ -231,8 +252,18 @@ class Learner:
     # -- the plan ----------------------------------------------------------------------
     def plan(self) -> Plan:
         if self._plan is None or self._since_plan >= self.settings.replan_every:
-            self._refit()
-            self._plan = self._make_plan()
+            self._pooled_n = {m: self._pooled(m)[0] for m in self.models}
+            seen = sum(self._pooled_n.values())
+            # the prior is refitted once the evidence has grown by REFIT_GROWTH (or tasks came):
+            # it moves little between two plans, and the fit is most of a plan's time
+            stale = self._fitted is None or len(self._fitted[1]) != len(self.tasks)
+            if stale or seen >= self._fit_seen * (1 + REFIT_GROWTH):
+                self._refit()
+                self._fit_seen = seen
+            try:
+                self._plan = self._make_plan()
+            finally:
+                self._pooled_n = None
             self._since_plan = 0
         return self._plan
 
@@ -242,68 +273,96 @@ class Learner:
         total = sum(max(1, self.tasks[t].requests) for t in names) or 1
         w = {t: max(1, self.tasks[t].requests) / total for t in names}
         est = {t: {e.model: e for e in self.estimates(t)} for t in names}
-        best_single = max(self.models, key=lambda m: sum(w[t] * est[t][m].mean for t in names))
-        choice = {t: max(self.models, key=lambda m: (est[t][m].mean, -est[t][m].cost)) for t in names}
+        single = {m: sum(w[t] * est[t][m].mean for t in names) for m in self.models}
+        best_single = max(self.models, key=lambda m: single[m])
+        spread = {m: _route_sd([(w[t], est[t][m]) for t in names]) for m in self.models}
+        # the model that could most be the best single one (upper bound): the bar's sample
+        contender = max(self.models, key=lambda m: (single[m] + Z_EXPLORE * spread[m], -self.price[m]))
+        need = self._need(est, best_single)
+        # what a model would serve, planned on a lower bound (the plan picks the cheap models that
+        # look good: their posterior means are the optimistic ones); the bar on its mean
+        low = {t: {m: _shift(e, -Z_PICK) for m, e in est[t].items()} for t in names}
+        hulls = {t: _frontier(list(low[t].values())) for t in names}
 
-        def term(t: str, m: str) -> tuple[float, float]:
-            e, ref = est[t][m], est[t][best_single]
-            if m == best_single:
-                return w[t] * (1 - s.quality_target) * e.mean, (w[t] * (1 - s.quality_target) * e.sd) ** 2
-            mean = w[t] * (e.mean - s.quality_target * ref.mean)
-            return mean, w[t] ** 2 * (e.sd**2 + (s.quality_target * ref.sd) ** 2)
+        def margin(t: str, a: Estimate, b: Estimate, f: float) -> Part:
+            """Task t's term of the route's margin with a share f moved a -> b: its mean, its
+            variance of the task's own, and per model its part of the shared (centre) spread."""
+            coef = {a.model: 1.0 - f}
+            coef[b.model] = coef.get(b.model, 0.0) + f
+            coef[best_single] = coef.get(best_single, 0.0) - s.quality_target
+            e = est[t]
+            lo = low[t]
+            mean = w[t] * (
+                (1 - f) * lo[a.model].mean + f * lo[b.model].mean - s.quality_target * e[best_single].mean
+            )
+            var = w[t] ** 2 * sum(c * c * (e[m].sd ** 2 - e[m].shared ** 2) for m, c in coef.items())
+            return mean, var, {m: w[t] * c * e[m].shared for m, c in coef.items()}
 
-        def floor_ok(t: str, m: str) -> bool:
-            e, top = est[t][m], est[t][choice_best[t]]
-            if m == choice_best[t]:
-                return True
-            return e.mean - s.task_floor * top.mean - s.z * math.hypot(e.sd, s.task_floor * top.sd) >= 0
+        def floor_ok(t: str, a: Estimate, b: Estimate, f: float) -> bool:
+            top = hulls[t][0]
+            mean = (1 - f) * a.mean + f * b.mean - s.task_floor * top.mean
+            if a.model == top.model:
+                var = (((1 - f) - s.task_floor) * a.sd) ** 2 + (f * b.sd) ** 2
+            else:
+                var = ((1 - f) * a.sd) ** 2 + (f * b.sd) ** 2 + (s.task_floor * top.sd) ** 2
+            return mean - s.z * math.sqrt(var) >= 0
 
-        choice_best = dict(choice)
-        parts = {t: term(t, choice[t]) for t in names}
-        mean_sum = sum(p[0] for p in parts.values())
-        var_sum = sum(p[1] for p in parts.values())
+        pos = dict.fromkeys(names, 0)
+        parts = {t: margin(t, hulls[t][0], hulls[t][0], 0.0) for t in names}
+        route = Totals(need, s.z)
+        for p in parts.values():
+            route.add(p, 1.0)
 
-        requests = sum(self.tasks[t].requests for t in names)
-        need = max(0.0, self.deficit / max(1, requests - self.explored))
-
-        def lcb(mean: float, var: float) -> float:
-            return mean - need - s.z * math.sqrt(max(var, 0.0))
-
-        mix: dict[str, list[tuple[str, float]]] = {t: [(choice[t], 1.0)] for t in names}
-        while True:
-            moves = []
-            for t in names:
-                cur = choice[t]
-                for m in self.models:
-                    saved = w[t] * (est[t][cur].cost - est[t][m].cost)
-                    if saved <= 0 or not floor_ok(t, m):
-                        continue
-                    new = term(t, m)
-                    lost = parts[t][0] - new[0]
-                    moves.append((saved / max(lost, 1e-9), t, m, new))
-            if not moves:
+        mix: dict[str, list[tuple[str, float]]] = {t: [(hulls[t][0].model, 1.0)] for t in names}
+        open_ = set(names)
+        while open_:
+            # the next step on each task's frontier; the most dollars saved per quality lost first
+            steps = []
+            for t in open_:
+                if pos[t] + 1 >= len(hulls[t]):
+                    continue
+                a, b = hulls[t][pos[t]], hulls[t][pos[t] + 1]
+                steps.append(((a.cost - b.cost) / max(a.mean - b.mean, 1e-9), t))
+            if not steps:
                 break
-            moves.sort(key=lambda x: -x[0])
-            taken = False
-            for _, t, m, new in moves:
-                mean = mean_sum - parts[t][0] + new[0]
-                var = var_sum - parts[t][1] + new[1]
-                if lcb(mean, var) >= 0:
-                    mean_sum, var_sum, parts[t], choice[t] = mean, var, new, m
-                    mix[t] = [(m, 1.0)]
-                    taken = True
-                    break
-            if not taken:
-                _, t, m, new = moves[0]
-                dm, dv = new[0] - parts[t][0], new[1] - parts[t][1]
-                m0, v0 = mean_sum, var_sum
-                f = _part(functools.partial(_shifted, s.z, m0 - need, dm, v0, dv))
-                if f > 0.02:
-                    mix[t] = [(m, f), (choice[t], 1.0 - f)]
-                    mean_sum += f * (new[0] - parts[t][0])
-                    var_sum += f * (new[1] - parts[t][1])
-                break
-        return Plan(mix, best_single, lcb(mean_sum, var_sum))
+            _, t = max(steps)
+            a, b = hulls[t][pos[t]], hulls[t][pos[t] + 1]
+            old = parts[t]
+
+            def fits(f: float, t: str = t, a: Estimate = a, b: Estimate = b, old: Part = old) -> float:
+                """The route's bound with a share f of task t moved a -> b (-1: below floor)."""
+                return route.lcb_with(old, margin(t, a, b, f)) if floor_ok(t, a, b, f) else -1.0
+
+            whole_route = route.lcb_with(old, margin(t, a, b, 1.0)) >= 0
+            f = 1.0 if whole_route and floor_ok(t, a, b, 1.0) else _part(fits)
+            if f > 0.02:
+                new = margin(t, a, b, f)
+                route.add(old, -1.0)
+                route.add(new, 1.0)
+                parts[t] = new
+                mix[t] = [(b.model, 1.0)] if f == 1.0 else [(b.model, f), (a.model, 1.0 - f)]
+            if f == 1.0:
+                pos[t] += 1
+                parts[t] = margin(t, b, b, 0.0)  # the same term, rebased on b
+            elif not whole_route:
+                break  # the route's margin is spent
+            else:
+                open_.discard(t)  # the task's floor stops it here
+        return Plan(mix, best_single, route.lcb(), contender)
+
+    def _need(self, est: Mapping[str, Mapping[str, Estimate]], best_single: str) -> float:
+        """The margin per request the plan must add so that the route makes up for what its
+        served requests fell short of q x the best single model (exploration's shortfall
+        and exploitation's luck, both), over a future as long as the past."""
+        s = self.settings
+        names = list(est)
+        rated = sum(a.n for t in names for a in self.tasks[t].arms.values())
+        got = sum(a.s for t in names for a in self.tasks[t].arms.values())
+        n_t = {t: sum(a.n for a in self.tasks[t].arms.values()) for t in names}
+        bar = sum(n_t[t] * est[t][best_single].mean for t in names)
+        sd = _route_sd([(n_t[t], est[t][best_single]) for t in names])
+        bank = got - s.quality_target * (bar + Z_BAR * sd)
+        return -bank / max(1.0, BANK_HORIZON * rated)
 
     # -- the decision ------------------------------------------------------------------
     def choose(self, task: str, rng: random.Random) -> Choice:
@@ -317,6 +376,12 @@ class Learner:
         picked = _draw(plan.mix[task], rng)
         # No quality left to spend (the plan's bound is below zero): exploit only.
         explore = self._explore(task, state, picked, warm_only=plan.lcb_margin < 0)
+        if (
+            explore is None
+            and rng.random() < self.settings.reference_share
+            and plan.contender not in ("", picked)
+        ):
+            explore = plan.contender, "reference"
         if explore is not None:
             state.explored += 1
             self.explored += 1
@@ -330,8 +395,16 @@ class Learner:
         cold = [m for m in self.models if self._pooled(m)[0] < s.warmup and m != picked]
         if cold:  # warm-up: every model a few times over the route, the cheapest first
             return min(cold, key=lambda m: (self._pooled(m)[0], self.price[m])), "warm-up"
-        # every cheaper model once on each task: the prior alone never writes one off
+        # every cheaper model once on each task, unless its upper bound (prior and all) is below
+        # the floor: the shared centre's spread keeps that bound wide until the model is known
         unseen = [m for m in self.models if state.arms[m].n < 1 and self.price[m] < self.price[picked]]
+        if unseen:
+            cur = self.estimate(task, picked)
+            unseen = [
+                m
+                for m in unseen
+                if (e := self.estimate(task, m)).mean + Z_EXPLORE * e.sd >= s.task_floor * cur.mean
+            ]
         if unseen:
             return min(unseen, key=lambda m: self.price[m]), "warm-up"
         if warm_only:
@@ -358,24 +431,16 @@ class Learner:
         return m, why
 
 
-def _shifted(z: float, mean: float, dmean: float, var: float, dvar: float, f: float) -> float:
-    """The route's bound with a share ``f`` of one task moved (mean and variance linear in f)."""
-    return mean + f * dmean - z * math.sqrt(max(var + f * dvar, 0.0))
+def _route_sd(terms: Sequence[tuple[float, Estimate]]) -> float:
+    """The spread of a weighted sum of one model's estimates over tasks: the tasks' own parts
+    add in variance, the shared centre's part adds up first."""
+    own = sum((w * (e.sd**2 - e.shared**2) ** 0.5) ** 2 for w, e in terms)
+    shared = sum(w * e.shared for w, e in terms)
+    return math.sqrt(own + shared * shared)
 
 
-def _part(fn: Callable[[float], float]) -> float:
-    """The largest share f in [0, 1] of a task's traffic a move can take with the bound >= 0
-    (``fn``: f -> the bound; monotone enough for bisection)."""
-    lo, hi = 0.0, 1.0
-    if fn(lo) < 0:
-        return 0.0
-    for _ in range(20):
-        mid = (lo + hi) / 2
-        if fn(mid) >= 0:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+def _shift(e: Estimate, k: float) -> Estimate:
+    return Estimate(e.model, e.mean + k * e.sd, e.sd, e.n, e.cost, e.shared)
 
 
 def _draw(mix: list[tuple[str, float]], rng: random.Random) -> str:
@@ -387,20 +452,3 @@ def _draw(mix: list[tuple[str, float]], rng: random.Random) -> str:
         if r < acc:
             return model
     return mix[-1][0]
-
-
-def _prior_means(
-    models: Iterable[str], price: Mapping[str, float], ability: Mapping[str, float]
-) -> dict[str, float]:
-    """The catalog's ability where it has one, else a guess from the price rank (dearer models
-    are a little better on average): 0.45 for the cheapest to 0.65 for the dearest."""
-    models = list(models)
-    order = sorted(models, key=lambda m: price[m])
-    out = {}
-    for m in models:
-        if m in ability:
-            out[m] = min(0.98, max(0.02, float(ability[m])))
-        else:
-            rank = order.index(m) / max(1, len(order) - 1)
-            out[m] = PRIOR_LOW + PRIOR_SPAN * rank
-    return out

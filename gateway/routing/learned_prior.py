@@ -8,9 +8,11 @@ steps over at most (tasks x models) cells."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 ANCHOR = 1.0  # the anchors' weight, in observations' terms (L2 on the logit scale)
+PRIOR_LOW, PRIOR_SPAN = 0.45, 0.2  # the price-rank prior: cheapest 0.45 .. dearest 0.65
+MODEL_CELLS = 4.0  # a model's own spread is shrunk to the route's by this many cells
 
 
 def logit(p: float) -> float:
@@ -66,22 +68,49 @@ def strength(
     predict: Callable[[str, str], float],
     most: float,
     least: float = 1.0,
-) -> float:
+) -> tuple[float, dict[str, float]]:
     """How many observations the additive prediction is worth (empirical Bayes): from how far
     the cells with evidence sit from it beyond their sampling noise (``tau2``), the Beta
     strength whose spread matches, ``p(1-p)/tau2 - 1``, within [``least``, ``most``]. A route
     whose models are good or bad across the board trusts it; one whose models each shine on
-    their own tasks leans on each task's own evidence."""
-    excess = weight = 0.0
-    spread = 0.0
+    their own tasks leans on each task's own evidence. Returns the route's strength and each
+    model's: from its own cells' spread, shrunk to the route's by ``MODEL_CELLS`` cells (a
+    specialist, good where the others are not, is not pulled to the others' pattern)."""
+    per: dict[str, list[float]] = {}  # model -> [excess, spread, cells]
     for (t, m), (n, s) in cells.items():
         if n < 1:
             continue
         p = min(0.99, max(0.01, predict(t, m)))
-        excess += (s / n - p) ** 2 - p * (1 - p) / n  # each cell once: the spread of the cells
-        spread += p * (1 - p)
-        weight += 1
+        acc = per.setdefault(m, [0.0, 0.0, 0.0])
+        acc[0] += (s / n - p) ** 2 - p * (1 - p) / n  # each cell once: the spread of the cells
+        acc[1] += p * (1 - p)
+        acc[2] += 1
+    weight = sum(v[2] for v in per.values())
     if weight == 0:
-        return most
-    tau2 = max(excess / weight, 1e-6)
-    return max(least, min(most, (spread / weight) / tau2 - 1.0))
+        return most, {}
+
+    def worth(excess: float, spread: float, cells: float) -> float:
+        tau2 = max(excess / cells, 1e-6)
+        return max(least, min(most, (spread / cells) / tau2 - 1.0))
+
+    excess, spread = sum(v[0] for v in per.values()), sum(v[1] for v in per.values())
+    route = worth(excess, spread, weight)
+    ex0, sp0 = excess / weight * MODEL_CELLS, spread / weight * MODEL_CELLS
+    return route, {m: worth(v[0] + ex0, v[1] + sp0, v[2] + MODEL_CELLS) for m, v in per.items()}
+
+
+def prior_means(
+    models: Iterable[str], price: Mapping[str, float], ability: Mapping[str, float]
+) -> dict[str, float]:
+    """The catalog's ability where it has one, else a guess from the price rank (dearer models
+    are a little better on average): 0.45 for the cheapest to 0.65 for the dearest."""
+    models = list(models)
+    order = sorted(models, key=lambda m: price[m])
+    out = {}
+    for m in models:
+        if m in ability:
+            out[m] = min(0.98, max(0.02, float(ability[m])))
+        else:
+            rank = order.index(m) / max(1, len(order) - 1)
+            out[m] = PRIOR_LOW + PRIOR_SPAN * rank
+    return out

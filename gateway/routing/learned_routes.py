@@ -30,12 +30,16 @@ class Decision:
 
 
 def settings_of(learn: LearnPolicy) -> LearnSettings:
-    return LearnSettings(
+    """The rule's settings from the policy; an exploration share the policy does not set is the
+    rule's own default (``LearnSettings.explore_share``, the one the evaluation measured)."""
+    settings = LearnSettings(
         quality_target=learn.quality_target,
         task_floor=learn.task_floor,
         prior_strength=learn.prior_strength,
-        explore_share=learn.explore_share,
     )
+    if "explore_share" in learn.model_fields_set:
+        settings = replace(settings, explore_share=learn.explore_share)
+    return settings
 
 
 def blended_price(target: Target) -> float:
