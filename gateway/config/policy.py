@@ -273,7 +273,7 @@ class LearnPolicy(_Strict):
 
     quality_target: float = Field(default=0.95, gt=0, le=1)
     task_floor: float = Field(default=0.85, ge=0, le=1)
-    explore_share: float = Field(default=0.06, ge=0, le=0.4)  # of a task's requests
+    explore_share: float = Field(default=0.02, ge=0, le=0.4)  # of a task's requests
     prior_strength: float = Field(default=12.0, gt=0)  # most pseudo-observations the prior is worth
     sync_s: float = Field(default=10.0, gt=0)  # how often a replica re-reads the shared evidence
     seed: int | None = None  # fixed draws (tests, simulations); None: random
