@@ -7,6 +7,7 @@ from a provider's batch are stored redacted."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -127,10 +128,8 @@ def _provider_batch(store: Any) -> Batch:
 def _submit(svc: Any, store: Any, batch: Batch, upstream: OpenAIBatchUpstream) -> None:
     plan = SimpleNamespace(policy=SimpleNamespace(params=ParamsPolicy()))
     target = SimpleNamespace(provider="mock", model="small", upstream_model="mock-small")
-    try:
+    with contextlib.suppress(TimeoutError):  # the cut: the create's answer never arrives
         asyncio.run(batch_forward.submit(svc, store, batch, plan, target, upstream))  # type: ignore[arg-type]
-    except TimeoutError:
-        pass
 
 
 def test_a_provider_batch_whose_id_was_lost_is_found_by_its_metadata(
