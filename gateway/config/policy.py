@@ -238,7 +238,7 @@ class RouteBatchPolicy(_Strict):
     priced at the model's ``price.batch`` share of its price."""
 
     lane: Literal["low_priority", "self_hosted", "provider"] = "low_priority"
-    concurrency: int = Field(default=4, gt=0, le=1024)
+    concurrency: int = Field(default=4, ge=0, le=1024)  # 0: paused (no item starts; a reload resumes)
     yield_above: int | None = Field(default=8, gt=0)
     max_waiting: int = Field(default=0, ge=0)
     max_kv_usage: float = Field(default=0.8, gt=0, le=1)
