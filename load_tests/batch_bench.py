@@ -149,8 +149,17 @@ async def _status(session: aiohttp.ClientSession, url: str, batch_id: str) -> di
         return data
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.contextmanager
-def _engine(args: argparse.Namespace) -> Iterator[str]:
+def _engine(args: argparse.Namespace) -> Iterator[tuple[str, int]]:
     """The engine mock in its own process (it must not share a GIL with the load generator)."""
     cmd = [
         sys.executable,
@@ -167,7 +176,7 @@ def _engine(args: argparse.Namespace) -> Iterator[str]:
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
-        yield f"http://127.0.0.1:{port}/v1"
+        yield f"http://127.0.0.1:{port}/v1", proc.pid
     finally:
         stop_process(proc)
         if proc.stdout is not None:
@@ -201,7 +210,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     pairs: list[dict[str, Any]] = []
     alone_all: list[float] = []
     with_all: list[float] = []
-    with _engine(args) as engine_url:
+    with _engine(args) as (engine_url, engine_pid):
         home = Path(tempfile.mkdtemp(prefix="batch-bench-"))
         paused, running = _policy(args, engine_url, 0), _policy(args, engine_url, args.concurrency)
         gw, key = GatewayProcess.start(
@@ -226,7 +235,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         if phase == "batch":
                             await _set_concurrency(gw, home, running, args.settle_s)
                         before = _completed(await _status(s, gw.url, batch_id))
+                        cpu = (_cpu_s(gw.proc.pid), _cpu_s(engine_pid))
                         lat = await _interactive(s, gw.url, args.rate, args.phase_s)
+                        gw_cpu, engine_cpu = _cpu_s(gw.proc.pid) - cpu[0], _cpu_s(engine_pid) - cpu[1]
                         st = await _status(s, gw.url, batch_id)
                         ran = _completed(st) - before
                         if phase == "batch":
@@ -235,7 +246,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         else:
                             during_alone += ran
                             alone_all += lat
-                        pair[phase] = {**_summary(lat), "batch_items": ran}
+                        pair[phase] = {
+                            **_summary(lat),
+                            "batch_items": ran,
+                            "gateway_cpu_share": round(gw_cpu / args.phase_s, 3),  # of one core
+                            "engine_cpu_share": round(engine_cpu / args.phase_s, 3),
+                        }
                     pair["p99_ratio"] = round(pair["batch"]["p99_ms"] / pair["alone"]["p99_ms"], 4)
                     pair["p50_ratio"] = round(pair["batch"]["p50_ms"] / pair["alone"]["p50_ms"], 4)
                     pairs.append(pair)
@@ -252,6 +268,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             gw.stop()
     ratios = sorted(p["p99_ratio"] for p in pairs)
+    b_items = sum(p["batch"]["batch_items"] for p in pairs)
+
+    def extra_cpu_ms(proc: str) -> float | None:  # CPU per batch item, over the alone phases'
+        extra = sum(p["batch"][f"{proc}_cpu_share"] - p["alone"][f"{proc}_cpu_share"] for p in pairs)
+        return round(extra * args.phase_s * 1000 / b_items, 3) if b_items else None
+
     pooled_alone, pooled_with = _summary(alone_all), _summary(with_all)
     return {
         "config": {k: v for k, v in vars(args).items() if k != "out"},
@@ -268,6 +290,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "interactive_alone_pooled": pooled_alone,
         "interactive_with_batch_pooled": pooled_with,
         "p99_rise_pooled": round(pooled_with["p99_ms"] / pooled_alone["p99_ms"] - 1, 4),
+        "cpu_ms_per_batch_item": {"gateway": extra_cpu_ms("gateway"), "engine_mock": extra_cpu_ms("engine")},
+        "cpu_share_mean": {
+            f"{proc}_{phase}": round(statistics.fmean(p[phase][f"{proc}_cpu_share"] for p in pairs), 3)
+            for proc in ("gateway", "engine")
+            for phase in ("alone", "batch")
+        },
         "target_p99_rise": 0.10,
         "batch": {
             "items": args.items,
@@ -294,7 +322,10 @@ def markdown(r: dict[str, Any]) -> str:
         for i, p in enumerate(r["pairs"])
     )
     a, w = r["interactive_alone_pooled"], r["interactive_with_batch_pooled"]
+    cs, cm = r["cpu_share_mean"], r["cpu_ms_per_batch_item"]
     per_s = bt["ran_in_batch_phases"] / bt["batch_phase_s"] if bt["batch_phase_s"] else 0.0
+    settle = bt["done_when_pairs_ended"] - bt["ran_in_batch_phases"] - bt["ran_in_alone_phases"]
+    after = bt["items"] - bt["done_when_pairs_ended"]
     return f"""# Batch on the self-hosted lane vs interactive latency
 
 Engine mock: {c["slots"]} slots, 16 tokens at {c["itl_ms"]} ms (contention {c["contention"]}); route lane
@@ -311,10 +342,16 @@ target <= 10%), spread over the pairs {r["p99_ratio_min"]:.3f} to {r["p99_ratio_
 pooled: p99 {a["p99_ms"]} ms alone ({a["requests"]} requests, {a["errors"]} errors), {w["p99_ms"]} ms with the
 batch ({w["requests"]} requests, {w["errors"]} errors): rise {r["p99_rise_pooled"]:.1%}.
 
+Where the batch's cost lands (CPU share of one core, mean over the phases, alone / with the batch):
+gateway {cs["gateway_alone"]} / {cs["gateway_batch"]}, engine mock {cs["engine_alone"]} /
+{cs["engine_batch"]}; per batch item {cm["gateway"]} ms of gateway CPU and {cm["engine_mock"]} ms of
+engine-mock CPU.
+
 Batch: {bt["items"]} items, status `{bt["status"]}` ({bt["completed"]} completed, {bt["failed"]} failed);
 {bt["ran_in_batch_phases"]} ran during the {bt["batch_phase_s"]} s of B phases ({per_s:.1f} items/s beside the
-interactive traffic), {bt["ran_in_alone_phases"]} during A phases (the pause), the rest after the pairs
-with no interactive traffic; {bt["elapsed_s"]} s from creation to the end.
+interactive traffic), {bt["ran_in_alone_phases"]} during A phases (the pause), {settle} in the unmeasured
+seconds around the B phases (resuming, draining) and {after} after the pairs, with no interactive
+traffic; {bt["elapsed_s"]} s from creation to the end.
 """
 
 

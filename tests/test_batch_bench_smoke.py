@@ -24,4 +24,5 @@ def test_batch_bench_tiny(tmp_path: Path) -> None:
         assert p["batch"]["requests"] == 20 and p["batch"]["errors"] == 0
         assert p["alone"]["batch_items"] == 0  # paused: nothing of the batch runs in an alone phase
     assert r["batch"]["ran_in_batch_phases"] > 0
+    assert r["cpu_ms_per_batch_item"]["gateway"] is not None and r["cpu_share_mean"]["gateway_batch"] > 0
     assert "Median p99 ratio" in out.with_suffix(".md").read_text()
