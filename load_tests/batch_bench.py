@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=40.0, help="interactive requests per second")
     p.add_argument("--phase-s", type=float, default=15.0)
     p.add_argument("--pairs", type=int, default=4, help="alone/with-batch pairs, at least")
-    p.add_argument("--max-pairs", type=int, default=8, help="pairs at most (while the batch runs)")
+    p.add_argument("--max-pairs", type=int, default=24, help="pairs at most (while the batch runs)")
     p.add_argument("--settle-s", type=float, default=1.0, help="after each pause/resume, not measured")
     p.add_argument("--max-s", type=float, default=600.0, help="bound on the whole run")
     p.add_argument("--slots", type=int, default=64)

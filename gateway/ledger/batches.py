@@ -54,12 +54,19 @@ _BATCH_COLS: Final = (
 )
 _JSON_COLS: Final = frozenset({"metadata", "times", "errors", "upstream"})
 _SELECT_BATCH: Final = f"SELECT {', '.join(_BATCH_COLS)} FROM {BATCHES}"
+# Two seeks on the (status, batch_id, idx) index, not a walk over the batch's finished items
+# (a claim grew with the items done: 1.3 ms at 5,000 done); the status is checked again on the
+# row itself, so two claimers racing (PostgreSQL re-reads a row changed meanwhile) never both
+# take it.
 _CLAIM: Final = f"""
 UPDATE {BATCH_ITEMS} SET status = 'running', attempts = attempts + 1, lease_until = ?
-WHERE batch_id = ? AND idx IN (
-    SELECT idx FROM {BATCH_ITEMS} WHERE batch_id = ?
-    AND (status = 'pending' OR (status = 'running' AND lease_until < ?))
-    ORDER BY idx LIMIT ?)
+WHERE batch_id = ? AND (status = 'pending' OR (status = 'running' AND lease_until < ?)) AND idx IN (
+    SELECT idx FROM (SELECT idx FROM {BATCH_ITEMS} WHERE status = 'running' AND batch_id = ?
+                     AND lease_until < ? ORDER BY idx LIMIT ?) AS expired
+    UNION ALL
+    SELECT idx FROM (SELECT idx FROM {BATCH_ITEMS} WHERE status = 'pending' AND batch_id = ?
+                     ORDER BY idx LIMIT ?) AS waiting
+    LIMIT ?)
 RETURNING batch_id, idx, custom_id, body, attempts, result"""
 _SENT: Final = (
     f"UPDATE {BATCH_ITEMS} SET result = ? "
@@ -217,7 +224,8 @@ class BatchStore:
         now = time.time()
 
         def work(cur: Any) -> list[Claimed]:
-            cur.execute(self._q(_CLAIM), (now + lease_s, batch_id, batch_id, now, limit))
+            params = (now + lease_s, batch_id, now, batch_id, now, limit, batch_id, limit, limit)
+            cur.execute(self._q(_CLAIM), params)
             return [
                 Claimed(str(b), int(i), c, bytes(body), int(a), sent is not None)
                 for b, i, c, body, a, sent in cur.fetchall()
