@@ -73,7 +73,7 @@ class MockApp:
         if (
             key is None
             or req.method != "POST"
-            or req.path.startswith(("/_mock/", "/v1/files", "/v1/batches"))
+            or req.path.startswith(("/_mock/", "/v1/files", "/v1/batches", "/v1/messages/batches"))
         ):
             return self._plan(req)
         first = self.state.replay(key)
