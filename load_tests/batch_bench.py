@@ -350,8 +350,8 @@ engine-mock CPU.
 Batch: {bt["items"]} items, status `{bt["status"]}` ({bt["completed"]} completed, {bt["failed"]} failed);
 {bt["ran_in_batch_phases"]} ran during the {bt["batch_phase_s"]} s of B phases ({per_s:.1f} items/s beside the
 interactive traffic), {bt["ran_in_alone_phases"]} during A phases (the pause), {settle} in the unmeasured
-seconds around the B phases (resuming, draining) and {after} after the pairs, with no interactive
-traffic; {bt["elapsed_s"]} s from creation to the end.
+seconds around the B phases (resuming, draining) and {after} left after the pairs (run then with no
+interactive traffic, as far as `--max-s` allowed); {bt["elapsed_s"]} s from creation to the end.
 """
 
 
