@@ -1,11 +1,16 @@
-"""Batch on the self-hosted lane vs interactive latency, in one run.
+"""Batch on the self-hosted lane vs interactive latency, in one run, phases alternated.
 
 A ``switchyard serve`` process routes to a vLLM-like engine mock (load_tests/mock_engine.py)
 whose /metrics the gateway probes. Interactive chat requests arrive open-loop at ``--rate``
-per second: first alone (phase A, ``--phase-s`` seconds), then while a ``--items`` batch runs
-on the route's ``self_hosted`` lane (phase B, same length, same rate). The report gives both
-phases' latency percentiles, the p99 rise, and the batch's progress and throughput; the run
-is bounded by ``--max-s`` (the batch need not finish inside it: the items done are reported).
+per second. One ``--items`` batch is created on the route's ``self_hosted`` lane, paused (the
+route's ``batch.concurrency: 0``, applied by a policy reload); then pairs of phases of
+``--phase-s`` seconds each alternate: interactive traffic alone (the batch paused), and with
+the batch running (concurrency ``--concurrency``), the order flipped every pair (AB BA AB ...)
+so a drift of the machine hits both sides alike. Each pair gives the ratio of its two p99s;
+the report gives every pair's ratio, their median and spread, and the p99 of all alone and
+all with-batch requests pooled. Pairs go on until the batch has completed (at least
+``--pairs``, at most ``--max-pairs``); a batch not done then runs on to the end alone, bounded
+by ``--max-s``.
 
     python -m load_tests.batch_bench --items 10000 --out load_tests/batch_bench
 
@@ -17,7 +22,9 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -64,25 +71,11 @@ def _pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] * 1000 if s else float("nan")
 
 
-def _summary(lat: list[float], errors: int) -> dict[str, Any]:
-    return {
-        "requests": len(lat),
-        "errors": errors,
-        "p50_ms": round(_pct(lat, 0.50), 2),
-        "p95_ms": round(_pct(lat, 0.95), 2),
-        "p99_ms": round(_pct(lat, 0.99), 2),
-        "mean_ms": round(statistics.fmean(lat) * 1000, 2) if lat else None,
-    }
-
-
-async def _interactive(
-    session: aiohttp.ClientSession, url: str, rate: float, seconds: float
-) -> dict[str, Any]:
+async def _interactive(session: aiohttp.ClientSession, url: str, rate: float, seconds: float) -> list[float]:
+    """Latencies (s) of ``rate * seconds`` requests sent open loop; an error counts as NaN."""
     lat: list[float] = []
-    errors = 0
 
     async def one(i: int) -> None:
-        nonlocal errors
         body = {
             "model": "chat",
             "messages": [{"role": "user", "content": f"interactive {i}"}],
@@ -92,13 +85,10 @@ async def _interactive(
         try:
             async with session.post(url + "/v1/chat/completions", json=body) as r:
                 await r.read()
-                if r.status != 200:
-                    errors += 1
-                    return
+                ok = r.status == 200
         except aiohttp.ClientError:
-            errors += 1
-            return
-        lat.append(time.perf_counter() - t)
+            ok = False
+        lat.append(time.perf_counter() - t if ok else float("nan"))
 
     tasks = []
     start = time.perf_counter()
@@ -109,7 +99,19 @@ async def _interactive(
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(i)))
     await asyncio.gather(*tasks)
-    return _summary(lat, errors)
+    return lat
+
+
+def _summary(lat: list[float]) -> dict[str, Any]:
+    ok = [x for x in lat if x == x]
+    return {
+        "requests": len(lat),
+        "errors": len(lat) - len(ok),
+        "p50_ms": round(_pct(ok, 0.50), 2),
+        "p95_ms": round(_pct(ok, 0.95), 2),
+        "p99_ms": round(_pct(ok, 0.99), 2),
+        "mean_ms": round(statistics.fmean(ok) * 1000, 2) if ok else None,
+    }
 
 
 async def _batch(session: aiohttp.ClientSession, url: str, items: int) -> str:
@@ -147,8 +149,17 @@ async def _status(session: aiohttp.ClientSession, url: str, batch_id: str) -> di
         return data
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.contextmanager
-def _engine(args: argparse.Namespace) -> Iterator[str]:
+def _engine(args: argparse.Namespace) -> Iterator[tuple[str, int]]:
     """The engine mock in its own process (it must not share a GIL with the load generator)."""
     cmd = [
         sys.executable,
@@ -165,98 +176,182 @@ def _engine(args: argparse.Namespace) -> Iterator[str]:
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
-        yield f"http://127.0.0.1:{port}/v1"
+        yield f"http://127.0.0.1:{port}/v1", proc.pid
     finally:
         stop_process(proc)
         if proc.stdout is not None:
             proc.stdout.close()
 
 
+def _policy(args: argparse.Namespace, engine_url: str, concurrency: int) -> str:
+    return POLICY.format(
+        engine_url=engine_url,
+        probe_s=args.probe_s,
+        concurrency=concurrency,
+        yield_above=args.yield_above or "null",
+        max_kv=args.max_kv,
+    )
+
+
+async def _set_concurrency(gw: GatewayProcess, home: Path, policy: str, settle_s: float) -> None:
+    """Rewrite the policy and reload it (SIGHUP): the route's batch runs or pauses (0)."""
+    tmp = home / "policy.yaml.tmp"
+    tmp.write_text(policy)
+    tmp.replace(home / "policy.yaml")
+    os.kill(gw.proc.pid, signal.SIGHUP)
+    await asyncio.sleep(settle_s)  # the reload, and the items in flight drain (a pause)
+
+
+def _completed(st: dict[str, Any]) -> int:
+    return int(st["request_counts"]["completed"]) + int(st["request_counts"]["failed"])
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    with _engine(args) as engine_url:
+    pairs: list[dict[str, Any]] = []
+    alone_all: list[float] = []
+    with_all: list[float] = []
+    with _engine(args) as (engine_url, engine_pid):
         home = Path(tempfile.mkdtemp(prefix="batch-bench-"))
-        policy = POLICY.format(
-            engine_url=engine_url,
-            probe_s=args.probe_s,
-            concurrency=args.concurrency,
-            yield_above=args.yield_above or "null",
-            max_kv=args.max_kv,
-        )
+        paused, running = _policy(args, engine_url, 0), _policy(args, engine_url, args.concurrency)
         gw, key = GatewayProcess.start(
-            home, 0, ADMIN, None, timeout=90, policy_template=policy.replace("{", "{{").replace("}", "}}")
+            home, 0, ADMIN, None, timeout=90, policy_template=paused.replace("{", "{{").replace("}", "}}")
         )
+        t_start = time.perf_counter()
         try:
             conn = aiohttp.TCPConnector(limit=0)
             headers = {"authorization": f"Bearer {key}"}
             async with aiohttp.ClientSession(connector=conn, headers=headers) as s:
                 await _interactive(s, gw.url, args.rate, 2.0)  # warm-up (not reported)
-                alone = await _interactive(s, gw.url, args.rate, args.phase_s)
                 t0 = time.perf_counter()
-                batch_id = await _batch(s, gw.url, args.items)
+                batch_id = await _batch(s, gw.url, args.items)  # paused: nothing runs yet
                 created_s = time.perf_counter() - t0
-                before = await _status(s, gw.url, batch_id)
-                during = await _interactive(s, gw.url, args.rate, args.phase_s)
-                mid = await _status(s, gw.url, batch_id)
-                deadline = t0 + args.max_s
-                st = mid
-                while st["status"] != "completed" and time.perf_counter() < deadline:
-                    await asyncio.sleep(0.25)
-                    st = await _status(s, gw.url, batch_id)
+                st = await _status(s, gw.url, batch_id)
+                during_alone = 0
+                i = 0
+                while i < args.pairs or (st["status"] != "completed" and i < args.max_pairs):
+                    order = ("alone", "batch") if i % 2 == 0 else ("batch", "alone")
+                    pair: dict[str, Any] = {"order": "".join("A" if o == "alone" else "B" for o in order)}
+                    for phase in order:
+                        if phase == "batch":
+                            await _set_concurrency(gw, home, running, args.settle_s)
+                        before = _completed(await _status(s, gw.url, batch_id))
+                        cpu = (_cpu_s(gw.proc.pid), _cpu_s(engine_pid))
+                        lat = await _interactive(s, gw.url, args.rate, args.phase_s)
+                        gw_cpu, engine_cpu = _cpu_s(gw.proc.pid) - cpu[0], _cpu_s(engine_pid) - cpu[1]
+                        st = await _status(s, gw.url, batch_id)
+                        ran = _completed(st) - before
+                        if phase == "batch":
+                            await _set_concurrency(gw, home, paused, args.settle_s)
+                            with_all += lat
+                        else:
+                            during_alone += ran
+                            alone_all += lat
+                        pair[phase] = {
+                            **_summary(lat),
+                            "batch_items": ran,
+                            "gateway_cpu_share": round(gw_cpu / args.phase_s, 3),  # of one core
+                            "engine_cpu_share": round(engine_cpu / args.phase_s, 3),
+                        }
+                    pair["p99_ratio"] = round(pair["batch"]["p99_ms"] / pair["alone"]["p99_ms"], 4)
+                    pair["p50_ratio"] = round(pair["batch"]["p50_ms"] / pair["alone"]["p50_ms"], 4)
+                    pairs.append(pair)
+                    i += 1
+                during_batch = _completed(st)
+                status_after_pairs = st["status"]
+                if st["status"] != "completed":  # the rest runs with no interactive traffic
+                    await _set_concurrency(gw, home, running, 0.0)
+                    deadline = t_start + args.max_s
+                    while st["status"] != "completed" and time.perf_counter() < deadline:
+                        await asyncio.sleep(0.25)
+                        st = await _status(s, gw.url, batch_id)
                 elapsed = time.perf_counter() - t0
-                after = await _interactive(s, gw.url, args.rate, args.phase_s)  # the noise floor
         finally:
             gw.stop()
-    done = st["request_counts"]["completed"]
-    base = (alone["p99_ms"] + after["p99_ms"]) / 2
-    rise = during["p99_ms"] / base - 1 if base else None
-    noise = abs(alone["p99_ms"] - after["p99_ms"]) / base if base else None
+    ratios = sorted(p["p99_ratio"] for p in pairs)
+    b_items = sum(p["batch"]["batch_items"] for p in pairs)
+
+    def extra_cpu_ms(proc: str) -> float | None:  # CPU per batch item, over the alone phases'
+        extra = sum(p["batch"][f"{proc}_cpu_share"] - p["alone"][f"{proc}_cpu_share"] for p in pairs)
+        return round(extra * args.phase_s * 1000 / b_items, 3) if b_items else None
+
+    pooled_alone, pooled_with = _summary(alone_all), _summary(with_all)
     return {
         "config": {k: v for k, v in vars(args).items() if k != "out"},
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
-        "interactive_alone": alone,
-        "interactive_with_batch": during,
-        "interactive_alone_after": after,
-        "p99_rise": round(rise, 4) if rise is not None else None,
-        "p99_noise": round(noise, 4) if noise is not None else None,
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
+        "pairs": pairs,
+        "p99_ratio_median": round(statistics.median(ratios), 4),
+        "p99_ratio_min": ratios[0],
+        "p99_ratio_max": ratios[-1],
+        "p99_rise_median": round(statistics.median(ratios) - 1, 4),
+        "interactive_alone_pooled": pooled_alone,
+        "interactive_with_batch_pooled": pooled_with,
+        "p99_rise_pooled": round(pooled_with["p99_ms"] / pooled_alone["p99_ms"] - 1, 4),
+        "cpu_ms_per_batch_item": {"gateway": extra_cpu_ms("gateway"), "engine_mock": extra_cpu_ms("engine")},
+        "cpu_share_mean": {
+            f"{proc}_{phase}": round(statistics.fmean(p[phase][f"{proc}_cpu_share"] for p in pairs), 3)
+            for proc in ("gateway", "engine")
+            for phase in ("alone", "batch")
+        },
         "target_p99_rise": 0.10,
         "batch": {
             "items": args.items,
             "status": st["status"],
-            "completed": done,
+            "status_after_pairs": status_after_pairs,
+            "completed": st["request_counts"]["completed"],
             "failed": st["request_counts"]["failed"],
             "create_s": round(created_s, 2),
-            "completed_at_phase_b_start": before["request_counts"]["completed"],
-            "completed_at_phase_b_end": mid["request_counts"]["completed"],
+            "ran_in_batch_phases": sum(p["batch"]["batch_items"] for p in pairs),
+            "ran_in_alone_phases": during_alone,
+            "done_when_pairs_ended": during_batch,
+            "batch_phase_s": round(len(pairs) * args.phase_s, 1),
             "elapsed_s": round(elapsed, 1),
-            "items_per_s": round(done / elapsed, 1) if elapsed else None,
         },
     }
 
 
 def markdown(r: dict[str, Any]) -> str:
-    a, b, bt, c = r["interactive_alone"], r["interactive_with_batch"], r["batch"], r["config"]
-    a2 = r["interactive_alone_after"]
+    c, bt = r["config"], r["batch"]
     rows = "\n".join(
-        f"| {name} | {x['requests']} | {x['errors']} | {x['p50_ms']} | {x['p95_ms']} | {x['p99_ms']} |"
-        for name, x in (("alone, before", a), ("with the batch", b), ("alone, after", a2))
+        f"| {i + 1} | {p['order']} | {p['alone']['p50_ms']} / {p['batch']['p50_ms']} | "
+        f"{p['alone']['p99_ms']} | {p['batch']['p99_ms']} | {p['p99_ratio']:.3f} | "
+        f"{p['batch']['batch_items']} |"
+        for i, p in enumerate(r["pairs"])
     )
+    a, w = r["interactive_alone_pooled"], r["interactive_with_batch_pooled"]
+    cs, cm = r["cpu_share_mean"], r["cpu_ms_per_batch_item"]
+    per_s = bt["ran_in_batch_phases"] / bt["batch_phase_s"] if bt["batch_phase_s"] else 0.0
+    settle = bt["done_when_pairs_ended"] - bt["ran_in_batch_phases"] - bt["ran_in_alone_phases"]
+    after = bt["items"] - bt["done_when_pairs_ended"]
     return f"""# Batch on the self-hosted lane vs interactive latency
 
 Engine mock: {c["slots"]} slots, 16 tokens at {c["itl_ms"]} ms (contention {c["contention"]}); route lane
 `self_hosted`, concurrency {c["concurrency"]}, max KV use {c["max_kv"]}, yield_above {c["yield_above"]}.
-Interactive load: {c["rate"]} requests/s open loop, {c["phase_s"]} s per phase: alone, while the batch
-runs, and alone again once the batch is done (or the run's bound is reached).
+Interactive load: {c["rate"]} requests/s open loop; pairs of {c["phase_s"]} s phases, alone (A: the batch
+paused) and with the batch running (B), order flipped every pair.
 
-| interactive | requests | errors | p50 ms | p95 ms | p99 ms |
-| --- | ---: | ---: | ---: | ---: | ---: |
+| pair | order | p50 ms A / B | p99 ms A | p99 ms B | p99 B/A | batch items in B |
+| --- | --- | ---: | ---: | ---: | ---: | ---: |
 {rows}
 
-p99 rise with the batch over the mean of the two alone phases: **{r["p99_rise"]:.1%}** (target <= 10%);
-the two alone phases differ by {r["p99_noise"]:.1%} (the run-to-run noise of this machine).
+Median p99 ratio with/without the batch: **{r["p99_ratio_median"]:.3f}** (rise {r["p99_rise_median"]:.1%};
+target <= 10%), spread over the pairs {r["p99_ratio_min"]:.3f} to {r["p99_ratio_max"]:.3f}. All requests
+pooled: p99 {a["p99_ms"]} ms alone ({a["requests"]} requests, {a["errors"]} errors), {w["p99_ms"]} ms with the
+batch ({w["requests"]} requests, {w["errors"]} errors): rise {r["p99_rise_pooled"]:.1%}.
 
-Batch: {bt["items"]} items, status `{bt["status"]}`, {bt["completed"]} completed and {bt["failed"]} failed in
-{bt["elapsed_s"]} s ({bt["items_per_s"]} items/s; created in {bt["create_s"]} s;
-{bt["completed_at_phase_b_end"] - bt["completed_at_phase_b_start"]} items ran during phase B).
+Where the batch's cost lands (CPU share of one core, mean over the phases, alone / with the batch):
+gateway {cs["gateway_alone"]} / {cs["gateway_batch"]}, engine mock {cs["engine_alone"]} /
+{cs["engine_batch"]}; per batch item {cm["gateway"]} ms of gateway CPU and {cm["engine_mock"]} ms of
+engine-mock CPU.
+
+Batch: {bt["items"]} items, status `{bt["status"]}` ({bt["completed"]} completed, {bt["failed"]} failed);
+{bt["ran_in_batch_phases"]} ran during the {bt["batch_phase_s"]} s of B phases ({per_s:.1f} items/s beside the
+interactive traffic), {bt["ran_in_alone_phases"]} during A phases (the pause), {settle} in the unmeasured
+seconds around the B phases (resuming, draining) and {after} left after the pairs (run then with no
+interactive traffic, as far as `--max-s` allowed); {bt["elapsed_s"]} s from creation to the end.
 """
 
 
@@ -264,8 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--items", type=int, default=10_000)
     p.add_argument("--rate", type=float, default=40.0, help="interactive requests per second")
-    p.add_argument("--phase-s", type=float, default=20.0)
-    p.add_argument("--max-s", type=float, default=240.0, help="bound on the batch phase")
+    p.add_argument("--phase-s", type=float, default=15.0)
+    p.add_argument("--pairs", type=int, default=4, help="alone/with-batch pairs, at least")
+    p.add_argument("--max-pairs", type=int, default=24, help="pairs at most (while the batch runs)")
+    p.add_argument("--settle-s", type=float, default=1.0, help="after each pause/resume, not measured")
+    p.add_argument("--max-s", type=float, default=600.0, help="bound on the whole run")
     p.add_argument("--slots", type=int, default=64)
     p.add_argument("--itl-ms", type=float, default=2.0)
     p.add_argument("--contention", type=float, default=0.1)

@@ -43,7 +43,7 @@ class MockBatches:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
-    def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
+    def handle(self, method: str, path: str, headers: dict[str, str], body: bytes, query: str = "") -> Reply:
         with self._lock:
             parts = path.rstrip("/").split("/")[2:]  # after /v1
             if method == "POST" and parts == ["files"]:
@@ -82,9 +82,13 @@ class MockBatches:
                     "status": "validating",
                     "output_file_id": None,
                     "error_file_id": None,
+                    "created_at": int(time.time()),
+                    "metadata": req.get("metadata"),
                     "polls": 0,
                 }
                 return _json(self._shown(bid))
+            if method == "GET" and parts == ["batches"]:  # newest first, ?after=<id>&limit=<n>
+                return _json(self._listing(query))
             if len(parts) >= 2 and parts[0] == "batches" and parts[1] in self.batches:
                 batch = self.batches[parts[1]]
                 if method == "POST" and parts[2:] == ["cancel"]:
@@ -102,6 +106,25 @@ class MockBatches:
 
     def _shown(self, bid: str) -> dict[str, Any]:
         return {k: v for k, v in self.batches[bid].items() if k != "polls"}
+
+    def _listing(self, raw_query: str) -> dict[str, Any]:
+        from urllib.parse import parse_qs
+
+        query = parse_qs(raw_query)
+        limit = int(query.get("limit", ["20"])[0])
+        ids = list(reversed(self.batches))
+        if "after" in query:
+            after = query["after"][0]
+            ids = ids[ids.index(after) + 1 :] if after in ids else []
+        page = [self._shown(b) for b in ids[:limit]]
+        first, last = (page[0]["id"], page[-1]["id"]) if page else (None, None)
+        return {
+            "object": "list",
+            "data": page,
+            "has_more": len(ids) > limit,
+            "first_id": first,
+            "last_id": last,
+        }
 
     def _run(self, batch: dict[str, Any]) -> None:
         out, err = [], []

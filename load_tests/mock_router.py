@@ -65,6 +65,27 @@ class MockApp:
         self._ids = itertools.count(1)
 
     def plan(self, req: Request) -> Plan:
+        """The reply to ``req``. A POST to a model endpoint carrying ``Idempotency-Key`` is
+        answered as an idempotent provider does: the first request with a key runs, and a
+        later one with the same key gets the first one's answer (a 200; errors are not kept)
+        without running again (``MockState.replayed`` counts those)."""
+        key = req.headers.get("idempotency-key")
+        if (
+            key is None
+            or req.method != "POST"
+            or req.path.startswith(("/_mock/", "/v1/files", "/v1/batches", "/v1/messages/batches"))
+        ):
+            return self._plan(req)
+        first = self.state.replay(key)
+        if first is not None:
+            self.state.record({"method": req.method, "path": req.path, "headers": req.headers, "body": None})
+            return first
+        planned = self._plan(req)
+        if planned.reply.status == 200 and planned.fault is None:
+            self.state.remember(key, planned)
+        return planned
+
+    def _plan(self, req: Request) -> Plan:
         if req.path.startswith("/_mock/"):
             return Plan(self._control(req))
         if req.path.startswith("/v1/messages/batches"):  # Anthropic's (load_tests/mock_batches.py)
@@ -72,7 +93,7 @@ class MockApp:
             return Plan(self.message_batches.handle(req.method, req.path, req.headers, req.body))
         if req.path.startswith(("/v1/files", "/v1/batches")):  # the batch API (load_tests/mock_batches.py)
             self.state.record({"method": req.method, "path": req.path, "headers": req.headers, "body": None})
-            return Plan(self.batches.handle(req.method, req.path, req.headers, req.body))
+            return Plan(self.batches.handle(req.method, req.path, req.headers, req.body, req.query))
         body: Any = None
         bad_json = False
         if req.body:
@@ -185,6 +206,8 @@ class MockApp:
                 state.reset()
                 return json_reply(200, {"ok": True})
             if route == ("GET", "/_mock/stats"):
+                if state.replayed:  # only where Idempotency-Key replays happened (the shape stays)
+                    return json_reply(200, {"served": state.served, "replayed": state.replayed})
                 return json_reply(200, {"served": state.served})
             if route == ("GET", "/_mock/health"):
                 return json_reply(200, {"ok": True})

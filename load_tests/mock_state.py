@@ -25,6 +25,7 @@ FAULT_KINDS = frozenset(
     }
 )
 MAX_RECORDED = 1000
+MAX_IDEMPOTENT = 200_000  # answers kept by Idempotency-Key (oldest dropped first)
 MAX_FAULTS = 10_000
 _INT_FIELDS = ("status", "after_chunks", "bytes", "times")
 _NUM_FIELDS = ("seconds", "retry_after")
@@ -76,6 +77,8 @@ class MockState:
         self._requests: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
         self._seen_prefixes: set[str] = set()
         self.served = 0
+        self._by_key: dict[str, Any] = {}  # Idempotency-Key -> the first answer's plan
+        self.replayed = 0  # requests answered from _by_key (served, but not run again)
 
     # settings -------------------------------------------------------------
     @property
@@ -145,6 +148,26 @@ class MockState:
         with self._lock:
             self._requests.clear()
 
+    # Idempotency-Key -----------------------------------------------------
+    def replay(self, key: str) -> Any:
+        """The answer first given under ``key`` (counted as a replay), or None."""
+        with self._lock:
+            first = self._by_key.get(key)
+            if first is not None:
+                self.replayed += 1
+            return first
+
+    def remember(self, key: str, plan: Any) -> None:
+        with self._lock:
+            if len(self._by_key) >= MAX_IDEMPOTENT:
+                del self._by_key[next(iter(self._by_key))]
+            self._by_key.setdefault(key, plan)
+
+    @property
+    def executions(self) -> int:
+        """Requests that ran (``served`` less the Idempotency-Key replays)."""
+        return self.served - self.replayed
+
     # Anthropic prompt cache ----------------------------------------------
     def cache_lookup(self, prefix: str) -> bool:
         """True if this cacheable prefix was seen before; remembers it either way."""
@@ -160,3 +183,4 @@ class MockState:
             self._faults.clear()
             self._requests.clear()
             self._seen_prefixes.clear()
+            self._by_key.clear()

@@ -89,3 +89,24 @@ def test_claim_complete_lease_and_billing(store: BatchStore) -> None:
         assert [x.id for x in await store.page("team-a", "openai", None, 10)] == ["batch_1"]
 
     asyncio.run(go())
+
+
+def test_a_send_cut_short_is_seen_by_the_next_claim(store: BatchStore) -> None:
+    """``mark_sent`` before an upstream call: the claim that takes the item over after its
+    worker died (lease over) or gave it back (a shutdown mid-call) knows it was sent."""
+
+    async def go() -> None:
+        await store.create(_batch(), [NewItem(i, f"c{i}", b"{}") for i in range(3)])
+        first = await store.claim("batch_1", 3, 0.05)
+        assert [c.interrupted for c in first] == [False, False, False]
+        await store.mark_sent(first[0])  # sent, then the worker died
+        await store.mark_sent(first[1])  # sent, then given back at a shutdown
+        await store.release([first[1]])
+        await asyncio.sleep(0.1)  # first[0] and first[2]'s leases run out
+        again = {c.idx: c for c in await store.claim("batch_1", 3, 60)}
+        assert {i: c.interrupted for i, c in again.items()} == {0: True, 1: True, 2: False}
+        assert await store.complete(again[2], "succeeded", b'{"status_code": 200}', None)
+        done = await store.results("batch_1", 0, 10)
+        assert [(r.idx, r.result) for r in done] == [(2, b'{"status_code": 200}')]
+
+    asyncio.run(go())

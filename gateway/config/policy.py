@@ -238,10 +238,14 @@ class RouteBatchPolicy(_Strict):
     priced at the model's ``price.batch`` share of its price."""
 
     lane: Literal["low_priority", "self_hosted", "provider"] = "low_priority"
-    concurrency: int = Field(default=4, gt=0, le=1024)
+    concurrency: int = Field(default=4, ge=0, le=1024)  # 0: paused (no item starts; a reload resumes)
     yield_above: int | None = Field(default=8, gt=0)
     max_waiting: int = Field(default=0, ge=0)
     max_kv_usage: float = Field(default=0.8, gt=0, le=1)
+    # An item whose upstream call was cut by a crash or a shutdown: ``resend`` it under the same
+    # Idempotency-Key (an upstream that honours the key runs it once), or ``fail`` it (error
+    # ``batch_item_interrupted``) where the upstream would run and bill it twice.
+    on_interrupted: Literal["resend", "fail"] = "resend"
 
 
 class CompressionPolicy(_Strict):
@@ -260,7 +264,8 @@ class BatchesPolicy(_Strict):
     max_file_bytes: int = Field(default=200 * 1024 * 1024, gt=0)  # an uploaded file, at most
     max_items: int = Field(default=50_000, gt=0)  # lines (requests) of one batch, at most
     lease_s: float = Field(default=900.0, gt=0)  # a claimed item is taken back after this (a dead worker)
-    poll_interval_s: float = Field(default=0.5, gt=0, le=60)
+    poll_interval_s: float = Field(default=0.5, gt=0, le=60)  # while a batch is open
+    idle_poll_s: float = Field(default=4.0, gt=0, le=300)  # with none open: backs off up to this
     upstream_poll_s: float = Field(
         default=30.0, gt=0, le=3600
     )  # lane provider: the provider's batch read this often

@@ -5,6 +5,9 @@ ordinary request of that tenant and key (gateway/flow/batch_runner.py)."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -84,6 +87,7 @@ class Claimed:
     custom_id: str | None
     body: bytes
     attempt: int
+    interrupted: bool = False  # an earlier attempt's upstream call began and never completed
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,3 +102,31 @@ def request_id_of(batch_id: str, idx: int) -> str:
     """The ledger's request id of an item: the same on every attempt, so the ledger (unique
     request ids, inserts that skip a duplicate) keeps one row per item whatever happens."""
     return f"{batch_id}-{idx}"
+
+
+@dataclass(slots=True)
+class ItemCall:
+    """Set (``BATCH_ITEM``) while a batch item runs in the pipeline. Before its first upstream
+    call ``sent`` is awaited once (the batch store records the send), and every upstream call
+    carries the idempotency key of (item, target): the same on every attempt and after a
+    restart, so an upstream that honours ``Idempotency-Key`` runs the item once."""
+
+    key: str  # request_id_of(batch, idx)
+    sent: Callable[[], Awaitable[None]] | None = None
+
+    async def before_send(self) -> None:
+        record, self.sent = self.sent, None
+        if record is not None:
+            await record()
+
+
+BATCH_ITEM: ContextVar[ItemCall | None] = ContextVar("switchyard_batch_item", default=None)
+# The Idempotency-Key header of the upstream call being made (providers/h1.py sends it).
+UPSTREAM_IDEMPOTENCY_KEY: ContextVar[str | None] = ContextVar("switchyard_upstream_key", default=None)
+
+
+def idempotency_key(item_key: str, provider: str, model: str) -> str:
+    """The key of one item's call to one target: the item's request id and a digest of the
+    target (a fallback or a cascade's second model is another request, with its own key)."""
+    digest = hashlib.sha256(f"{provider}\0{model}".encode()).hexdigest()[:12]
+    return f"{item_key}-{digest}"

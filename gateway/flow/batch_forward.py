@@ -12,13 +12,17 @@ its result and its ledger row in one transaction, as the other lanes do: meterin
 budget hold the item got when the batch was created. Items the provider did not run (it
 expired or was cancelled) end as ``expired``/``canceled``.
 
-A crash between the upstream batch's creation and the gateway's note of its id leaves that
-upstream batch unknown to the gateway: its items are claimed again when their lease ends
-(the end of the completion window) and sent once more."""
+The intent is written before the provider's batch is created (``Batch.upstream`` without an
+``id``), and the batch is tagged with the gateway's batch id and that intent (OpenAI's batch
+``metadata``). So when the gateway dies (or the create times out) between the creation and the
+note of its id, ``resume`` finds the provider's batch by its tags and follows it instead of
+creating a second one; none found: the items are given back and sent in a new batch.
+Anthropic's Message Batches keep no metadata: there a cut create is sent again."""
 
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import time
 from decimal import Decimal
 from typing import Any
@@ -27,6 +31,7 @@ import orjson
 
 from gateway.core.batch import Batch, Claimed, request_id_of
 from gateway.core.ports import BatchStore, BatchUpstream
+from gateway.core.redact import redact
 from gateway.core.types import (
     Price,
     Principal,
@@ -45,6 +50,10 @@ from gateway.routing.plan import RoutePlan
 
 TIMEOUT_S = 120.0
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
+PROCESS = secrets.token_hex(6)  # this process: an intent it left is not in flight anywhere
+# An intent left by another process is resumed once its create must have ended (upload and
+# create, TIMEOUT_S each): before that, another replica may still be creating it.
+FOREIGN_INTENT_S = 2 * TIMEOUT_S + 30.0
 
 
 def upstream_of(svc: Services, plan: RoutePlan, endpoint: str) -> tuple[Target, BatchUpstream] | None:
@@ -75,16 +84,43 @@ async def submit(
         body["model"] = target.upstream_model
         line = {"custom_id": str(item.idx), "method": "POST", "url": batch.endpoint, "body": body}
         lines.append(orjson.dumps(line))
-    try:
-        upstream_id = await upstream.submit(batch.endpoint, b"\n".join(lines) + b"\n", TIMEOUT_S)
-    except BaseException:
-        await store.release(claimed)  # tried again next turn
-        raise
-    batch.upstream = {
-        "provider": target.provider, "model": target.model, "id": upstream_id,
-        "attempts": {str(i.idx): i.attempt for i in claimed},
+    up = {
+        "provider": target.provider, "model": target.model, "intent": secrets.token_hex(8),
+        "owner": PROCESS, "since": time.time(), "attempts": {str(i.idx): i.attempt for i in claimed},
     }  # fmt: skip
-    await store.set_upstream(batch.id, batch.upstream)
+    batch.upstream = up
+    await store.set_upstream(batch.id, up)  # the intent first: a cut create is found again
+    # a failure leaves the intent: the next turn looks for the batch (resume), then sends again
+    up["id"] = await upstream.submit(batch.endpoint, b"\n".join(lines) + b"\n", TIMEOUT_S, tags(batch.id, up))
+    await store.set_upstream(batch.id, up)
+
+
+def tags(batch_id: str, up: dict[str, Any]) -> dict[str, str]:
+    """The metadata the provider's batch carries: the gateway's batch and the intent."""
+    return {"switchyard_batch": batch_id, "switchyard_intent": str(up["intent"])}
+
+
+async def resume(svc: Services, store: BatchStore, batch: Batch) -> None:
+    """An intent with no provider batch id (the create was cut): follow the batch the
+    provider made for it, or, when it made none, give the items back to be sent again."""
+    up = batch.upstream
+    assert up is not None
+    upstream = svc.batch_upstreams.get(up["provider"])
+    if upstream is None:
+        return
+    if up.get("owner") != PROCESS and time.time() - float(up.get("since", 0)) < FOREIGN_INTENT_S:
+        return  # another replica may be creating it right now
+    try:
+        found = await upstream.find(tags(batch.id, up), float(up.get("since", 0)), TIMEOUT_S)
+    except NotImplementedError:  # no metadata at this provider: it cannot be found
+        found = None
+    if found is not None:
+        up["id"] = found
+        await store.set_upstream(batch.id, up)
+        return
+    await store.release([Claimed(batch.id, int(i), None, b"", int(a)) for i, a in up["attempts"].items()])
+    batch.upstream = None
+    await store.set_upstream(batch.id, None)
 
 
 async def poll(svc: Services, store: BatchStore, batch: Batch, plan: RoutePlan) -> list[tuple[str, int]]:
@@ -94,6 +130,9 @@ async def poll(svc: Services, store: BatchStore, batch: Batch, plan: RoutePlan) 
     assert up is not None
     upstream = svc.batch_upstreams.get(up["provider"])
     if upstream is None or up.get("done"):
+        return []
+    if "id" not in up:  # the create was cut
+        await resume(svc, store, batch)
         return []
     if batch.status == "cancelling" and not up.get("cancel_sent"):
         await upstream.cancel(up["id"], TIMEOUT_S)
@@ -154,6 +193,8 @@ def _metered(
     response = line.get("response") if isinstance(line.get("response"), dict) else None
     code = int(response.get("status_code", 500)) if response else 500
     body = response.get("body") if response else {"error": line.get("error")}
+    if code != 200:  # an error line: upstreams echo keys in errors, never stored as sent
+        body = _scrubbed(body, svc.secrets)
     held = batch_items.HeldLedger(svc.ledger)
     local = dataclasses.replace(svc, ledger=held)
     who = Principal(batch.tenant, batch.key_id, svc.policy.allowed_models(batch.tenant))
@@ -173,3 +214,14 @@ def _metered(
     record(local, ex)
     row = None if held.row is None else dataclasses.replace(held.row, batch_id=batch.id)
     return ("succeeded" if code == 200 else "errored"), wire.ran(code, rid, body), row
+
+
+def _scrubbed(value: Any, secrets_: tuple[str, ...]) -> Any:
+    """``value`` with every string in it redacted (gateway/core/redact.py)."""
+    if isinstance(value, str):
+        return redact(value, secrets_)
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, secrets_) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrubbed(v, secrets_) for v in value]
+    return value

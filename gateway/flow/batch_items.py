@@ -17,10 +17,10 @@ from typing import Any
 
 import orjson
 
-from gateway.core.batch import Batch, Claimed, request_id_of
+from gateway.core.batch import BATCH_ITEM, Batch, Claimed, ItemCall, request_id_of
 from gateway.core.errors import SwitchyardError
 from gateway.core.ledger_row import LedgerRow
-from gateway.core.ports import Ledger
+from gateway.core.ports import BatchStore, Ledger
 from gateway.core.types import Principal
 from gateway.flow import pipeline
 from gateway.flow.adapters.base import Inbound
@@ -87,8 +87,33 @@ def row_of(data: bytes) -> LedgerRow:
     return LedgerRow(**d)
 
 
-async def run(svc: Services, batch: Batch, item: Claimed) -> tuple[str, bytes, LedgerRow | None]:
-    """Run ``item``: (its final status, its stored result, its ledger row with the batch id)."""
+class ItemInterruptedError(SwitchyardError):
+    """An item whose upstream call a crash or a shutdown cut, on a route that does not resend
+    (``batch.on_interrupted: fail``)."""
+
+    status = 409
+    type = "server_error"
+    code = "batch_item_interrupted"
+
+
+def interrupted(batch: Batch, item: Claimed) -> tuple[str, bytes]:
+    """The status and stored result of an interrupted item the route will not send again."""
+    exc = ItemInterruptedError(
+        "This request was sent upstream when the gateway stopped, and its answer was lost; the "
+        "route's batch policy (on_interrupted: fail) does not send it again, since the upstream "
+        "may have run and billed it. Submit it again if it is still wanted."
+    )
+    kind = wire.endpoint_kind(batch.endpoint)
+    shown = error_body(exc) if kind == "messages" else exc.to_body()
+    return "errored", wire.ran(exc.status, request_id_of(batch.id, item.idx), shown)
+
+
+async def run(
+    svc: Services, batch: Batch, item: Claimed, store: BatchStore | None = None
+) -> tuple[str, bytes, LedgerRow | None]:
+    """Run ``item``: (its final status, its stored result, its ledger row with the batch id).
+    With ``store``, the item's send is recorded there before its first upstream call, and
+    every upstream call carries the item's idempotency key (gateway/core/batch.py)."""
     held = HeldLedger(svc.ledger)
     local = dataclasses.replace(svc, ledger=held)
     rid = request_id_of(batch.id, item.idx)
@@ -96,6 +121,7 @@ async def run(svc: Services, batch: Batch, item: Claimed) -> tuple[str, bytes, L
     ex = Exchange(rid, who, time.perf_counter(), time.time())
     body = orjson.loads(item.body)
     kind = wire.endpoint_kind(batch.endpoint)
+    call = BATCH_ITEM.set(ItemCall(rid, None if store is None else lambda: store.mark_sent(item)))
     try:
         if kind == "embeddings":
             reply = await pipeline.passthrough(local, "embeddings", body, ex)
@@ -105,6 +131,8 @@ async def run(svc: Services, batch: Batch, item: Claimed) -> tuple[str, bytes, L
     except SwitchyardError as exc:
         shown = error_body(exc) if kind == "messages" else exc.to_body()
         status, result = "errored", wire.ran(exc.status, rid, shown)
+    finally:
+        BATCH_ITEM.reset(call)
     row = held.row
     if row is not None:
         row = dataclasses.replace(row, batch_id=batch.id)

@@ -9,7 +9,13 @@ output and error files).
 Lanes (the route's ``batch`` policy): ``low_priority`` runs at most ``concurrency`` items at a
 time and none while ``yield_above`` interactive requests are in flight; ``self_hosted`` also
 waits until every self-hosted engine of the route shows spare capacity (its queue and KV
-cache use, as gateway/routing/engine_load.py reads them)."""
+cache use, as gateway/routing/engine_load.py reads them).
+
+The loop turns every ``batches.poll_interval_s`` while a batch is open; with none it backs
+off (doubling up to ``batches.idle_poll_s``), and a batch created or cancelled here wakes it
+at once (``wake``), one created on another replica is seen within ``idle_poll_s``. A batch
+whose key was revoked stops: its items not yet run fail with the revocation error and what
+the budgets held for them is released."""
 
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
+
+import orjson
 
 from gateway.config.policy import RouteBatchPolicy
 from gateway.core.batch import Batch, Claimed
@@ -32,6 +40,15 @@ from gateway.routing.plan import RoutePlan
 
 log = logging.getLogger("switchyard")
 BILL_CHUNK = 500
+KEYS_EVERY_S = 1.0  # how often the key store's change counter is read while batches are open
+REVOKED: bytes = orjson.dumps(
+    {
+        "error": {
+            "code": "invalid_api_key",
+            "message": "The API key that created this batch was revoked: this request was not run.",
+        }
+    }
+)
 
 
 class BatchRunner:
@@ -43,19 +60,39 @@ class BatchRunner:
         self._billed: list[tuple[str, int]] = []  # in the ledger: marked billed next turn, together
         self._recovered = False
         self._polled: dict[str, float] = {}  # lane provider: when each batch's upstream was last read
+        self._wake = asyncio.Event()
+        self._keys_read = -KEYS_EVERY_S
+        self._keys_version: int | None = None
+        self._revoked: frozenset[str] = frozenset()
+        self.turns = 0  # turns taken (tests, diagnostics)
+
+    def wake(self) -> None:
+        """A batch was created or cancelled here: turn now rather than at the next poll."""
+        self._wake.set()
 
     async def run(self) -> None:
         """Until cancelled (an item cut by the shutdown gives its claim back itself)."""
+        delay = 0.0
         while True:
             svc = self.services()
+            self._wake.clear()
+            busy = True
             if svc.batches is not None:
                 try:
-                    await self.turn(svc, svc.batches)
+                    busy = await self.turn(svc, svc.batches)
                 except Exception:  # a turn must never stop the loop (a database blip)
                     log.exception("batch runner turn failed")
-            await asyncio.sleep(svc.policy.batches.poll_interval_s)
+            conf = svc.policy.batches
+            if busy:
+                delay = conf.poll_interval_s
+            else:  # nothing open: back off, up to idle_poll_s
+                delay = min(max(delay * 2, conf.poll_interval_s), max(conf.idle_poll_s, conf.poll_interval_s))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
 
-    async def turn(self, svc: Services, store: BatchStore) -> None:
+    async def turn(self, svc: Services, store: BatchStore) -> bool:
+        """Move every open batch on; whether any batch is open (or an item still runs)."""
+        self.turns += 1
         if not self._recovered:  # once per process: rows a crash left between item and ledger
             await bill(svc, store)
             self._recovered = True
@@ -63,7 +100,11 @@ class BatchRunner:
         if billed:
             await store.mark_billed(billed)
         now = time.time()
-        for batch in await store.open_batches():
+        batches = await store.open_batches()
+        revoked = await self._revoked_keys(svc) if any(b.key_id for b in batches) else frozenset()
+        for batch in batches:
+            if batch.key_id in revoked and batch.status in ("in_progress", "cancelling"):
+                await self._stop_revoked(svc, store, batch)
             if batch.status == "in_progress" and now >= batch.expires_at:
                 await store.close_pending(batch.id, "expired", wire.closed("expired"))
                 batch.times["expired_at"] = now
@@ -91,6 +132,39 @@ class BatchRunner:
             if not self._per_batch.get(batch.id) and not await store.unfinished(batch.id):
                 await finalise(svc, store, batch)
                 self._polled.pop(batch.id, None)
+        return bool(batches or self._running or self._billed)
+
+    async def _revoked_keys(self, svc: Services) -> frozenset[str]:
+        """The revoked key ids, read again when the key store's change counter moved (at most
+        every KEYS_EVERY_S); the last known set while the store is unreachable."""
+        now = time.monotonic()
+        if now - self._keys_read < KEYS_EVERY_S:
+            return self._revoked
+        self._keys_read = now
+        store = svc.keys.store
+        try:
+            version = await asyncio.to_thread(store.version)
+            if version != self._keys_version:
+                records = await asyncio.to_thread(store.list, True)
+                self._revoked = frozenset(r.key_id for r in records if r.revoked)
+                self._keys_version = version
+        except Exception as exc:  # the key store is down: the key cache's outage rules apply
+            log.warning("batch runner: key store unreachable (%s)", type(exc).__name__)
+        return self._revoked
+
+    async def _stop_revoked(self, svc: Services, store: BatchStore, batch: Batch) -> None:
+        """The batch's key was revoked: its items not yet run fail with the revocation error
+        and their budget holds are released (running ones finish); a batch at the provider is
+        cancelled there."""
+        if batch.upstream is not None:
+            if batch.status != "cancelling":
+                batch.status = "cancelling"
+                batch.times["cancelling_at"] = time.time()
+                await store.save(batch)
+            return
+        if await store.close_pending(batch.id, "errored", REVOKED):
+            log.info("batch %s stopped: its key %s was revoked", batch.id, batch.key_id)
+        batch_budget.release(svc, svc.batch_holds.take_all(batch.id))
 
     @staticmethod
     def route(svc: Services, batch: Batch) -> tuple[RoutePlan, RouteBatchPolicy] | None:
@@ -123,15 +197,21 @@ class BatchRunner:
         free = self.slots(svc, batch)
         if free <= 0:
             return
+        route = self.route(svc, batch)
+        resend = route is None or route[1].on_interrupted == "resend"
         for item in await store.claim(batch.id, free, svc.policy.batches.lease_s):
             self._running[(item.batch_id, item.idx)] = item
             self._per_batch[batch.id] = self._per_batch.get(batch.id, 0) + 1
-            svc.tasks.spawn(self._one(svc, store, batch, item))
+            svc.tasks.spawn(self._one(svc, store, batch, item, resend))
 
-    async def _one(self, svc: Services, store: BatchStore, batch: Batch, item: Claimed) -> None:
+    async def _one(self, svc: Services, store: BatchStore, batch: Batch, item: Claimed, resend: bool) -> None:
         try:
             svc.limits.release(svc.batch_holds.take(batch.id, item.idx))  # the run reserves for itself
-            status, result, row = await batch_items.run(svc, batch, item)
+            if item.interrupted and not resend:  # it may have run upstream: not paid twice
+                status, result = batch_items.interrupted(batch, item)
+                row = None
+            else:  # sent again under the same idempotency key, when it was sent before
+                status, result, row = await batch_items.run(svc, batch, item, store)
             data = None if row is None else batch_items.row_json(row)
             if await store.complete(item, status, result, data) and row is not None:
                 await svc.ledger.submit(row)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from gateway.core.batch import BATCH_ITEM, UPSTREAM_IDEMPOTENCY_KEY, idempotency_key
 from gateway.core.errors import SwitchyardError
 from gateway.core.ports import Provider
 from gateway.core.types import Target, Usage
@@ -29,11 +30,20 @@ async def attempt(svc: Services, plan: RoutePlan, ex: Exchange, fn: Call[_R]) ->
         ex.target = target
         ex.attempts += 1
         svc.metrics.retries.labels(target.provider, target.model).inc()
+        item = BATCH_ITEM.get()
+        key = None
+        if item is not None:  # a batch item: its send recorded first, then sent with its key
+            await item.before_send()
+            key = UPSTREAM_IDEMPOTENCY_KEY.set(
+                idempotency_key(item.key, target.provider, target.upstream_model)
+            )
         t0 = time.perf_counter()
         try:
             return await fn(svc.providers[target.provider], target, timeout)
         finally:
             ex.upstream_seconds += time.perf_counter() - t0
+            if key is not None:
+                UPSTREAM_IDEMPOTENCY_KEY.reset(key)
 
     def on_error(target: Target, exc: SwitchyardError) -> None:
         svc.metrics.upstream_errors.labels(target.provider, target.model, exc.code or "error").inc()

@@ -8,6 +8,12 @@ or neither; the row is then handed to the ledger and the item marked ``billed``.
 has), and an item whose lease ran out (its worker died mid-run) is claimed again: no item is
 lost, and none has two results or two ledger rows.
 
+Before a run's first upstream call the item's send is recorded (``mark_sent``: while an item
+runs, its ``result`` column holds ``{"sent": attempt}``; a final result replaces it). A claim
+that finds such a note took over an item whose call began and never completed (a crash, a
+shutdown mid-call): ``Claimed.interrupted``, so the runner resends it under the same
+idempotency key, or fails it, by the route's ``batch.on_interrupted``.
+
 One connection behind a lock; the async methods run the SQL off the event loop."""
 
 from __future__ import annotations
@@ -48,13 +54,24 @@ _BATCH_COLS: Final = (
 )
 _JSON_COLS: Final = frozenset({"metadata", "times", "errors", "upstream"})
 _SELECT_BATCH: Final = f"SELECT {', '.join(_BATCH_COLS)} FROM {BATCHES}"
+# Two seeks on the (status, batch_id, idx) index, not a walk over the batch's finished items
+# (a claim grew with the items done: 1.3 ms at 5,000 done); the status is checked again on the
+# row itself, so two claimers racing (PostgreSQL re-reads a row changed meanwhile) never both
+# take it.
 _CLAIM: Final = f"""
 UPDATE {BATCH_ITEMS} SET status = 'running', attempts = attempts + 1, lease_until = ?
-WHERE batch_id = ? AND idx IN (
-    SELECT idx FROM {BATCH_ITEMS} WHERE batch_id = ?
-    AND (status = 'pending' OR (status = 'running' AND lease_until < ?))
-    ORDER BY idx LIMIT ?)
-RETURNING batch_id, idx, custom_id, body, attempts"""
+WHERE batch_id = ? AND (status = 'pending' OR (status = 'running' AND lease_until < ?)) AND idx IN (
+    SELECT idx FROM (SELECT idx FROM {BATCH_ITEMS} WHERE status = 'running' AND batch_id = ?
+                     AND lease_until < ? ORDER BY idx LIMIT ?) AS expired
+    UNION ALL
+    SELECT idx FROM (SELECT idx FROM {BATCH_ITEMS} WHERE status = 'pending' AND batch_id = ?
+                     ORDER BY idx LIMIT ?) AS waiting
+    LIMIT ?)
+RETURNING batch_id, idx, custom_id, body, attempts, result"""
+_SENT: Final = (
+    f"UPDATE {BATCH_ITEMS} SET result = ? "
+    "WHERE batch_id = ? AND idx = ? AND status = 'running' AND attempts = ?"
+)
 _COMPLETE: Final = (
     f"UPDATE {BATCH_ITEMS} SET status = ?, result = ?, ledger_row = ?, body = NULL, lease_until = NULL "
     "WHERE batch_id = ? AND idx = ? AND status = 'running' AND attempts = ?"
@@ -149,13 +166,12 @@ class BatchStore:
 
         await self._run(work)
 
-    async def set_upstream(self, batch_id: str, upstream: dict[str, Any]) -> None:
-        """Only the provider's batch (a cancel saved meanwhile stays)."""
+    async def set_upstream(self, batch_id: str, upstream: dict[str, Any] | None) -> None:
+        """Only the provider's batch (a cancel saved meanwhile stays); None: none."""
 
         def work(cur: Any) -> None:
-            cur.execute(
-                self._q(f"UPDATE {BATCHES} SET upstream = ? WHERE id = ?"), (orjson.dumps(upstream), batch_id)
-            )
+            data = None if upstream is None else orjson.dumps(upstream)
+            cur.execute(self._q(f"UPDATE {BATCHES} SET upstream = ? WHERE id = ?"), (data, batch_id))
 
         await self._run(work)
 
@@ -208,11 +224,24 @@ class BatchStore:
         now = time.time()
 
         def work(cur: Any) -> list[Claimed]:
-            cur.execute(self._q(_CLAIM), (now + lease_s, batch_id, batch_id, now, limit))
-            return [Claimed(str(b), int(i), c, bytes(body), int(a)) for b, i, c, body, a in cur.fetchall()]
+            params = (now + lease_s, batch_id, now, batch_id, now, limit, batch_id, limit, limit)
+            cur.execute(self._q(_CLAIM), params)
+            return [
+                Claimed(str(b), int(i), c, bytes(body), int(a), sent is not None)
+                for b, i, c, body, a, sent in cur.fetchall()
+            ]
 
         result: list[Claimed] = await self._run(work)
         return result
+
+    async def mark_sent(self, item: Claimed) -> None:
+        """Record that this run's upstream call is about to begin (before it does)."""
+
+        def work(cur: Any) -> None:
+            note = orjson.dumps({"sent": item.attempt, "at": time.time()})
+            cur.execute(self._q(_SENT), (note, item.batch_id, item.idx, item.attempt))
+
+        await self._run(work)
 
     async def complete(self, item: Claimed, status: str, result: bytes, ledger_row: bytes | None) -> bool:
         """The item's result and ledger row, in one transaction; False when the claim is no

@@ -27,7 +27,12 @@ class AnthropicBatchUpstream(OpenAIBatchUpstream):
             self._headers["x-api-key"] = api_key
         self.endpoints = frozenset({"/v1/messages"})
 
-    async def submit(self, endpoint: str, lines: bytes, timeout: float) -> str:
+    async def find(self, metadata: dict[str, str], since: float, timeout: float) -> str | None:
+        """A Message Batch takes no metadata (its create body is only ``requests``): one whose
+        id was never noted cannot be told from the account's other batches."""
+        raise NotImplementedError("Anthropic's Message Batches keep no metadata")
+
+    async def submit(self, endpoint: str, lines: bytes, timeout: float, metadata: dict[str, str]) -> str:
         requests = []
         for raw in lines.splitlines():
             if raw.strip():

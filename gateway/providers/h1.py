@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from gateway.core.batch import UPSTREAM_IDEMPOTENCY_KEY
 from gateway.providers.h1_stream import H1Stream
 from gateway.providers.h1_wire import MAX_HEADER_BYTES, H1Error, H1Response, decoded, identity, request_head
 
@@ -255,6 +256,13 @@ class _Conn(asyncio.Protocol):
         self._streaming = False
 
 
+def _keyed(headers: Mapping[str, str]) -> Mapping[str, str]:
+    """``headers`` plus the Idempotency-Key of the call being made, when it has one (a batch
+    item's: gateway/core/batch.py)."""
+    key = UPSTREAM_IDEMPOTENCY_KEY.get()
+    return headers if key is None else {**headers, "idempotency-key": key}
+
+
 class H1Pool:
     """Keep-alive connections to one upstream origin (``base_url``'s scheme, host and port;
     its path is prefixed to every request path)."""
@@ -327,7 +335,7 @@ class H1Pool:
     ) -> H1Response:
         """POST ``body``; the whole answer with its body (None past ``limit`` bytes). Past
         ``timeout`` seconds (connecting included) the connection is dropped: TimeoutError."""
-        head = request_head(self._prefix + path, self._authority, headers, len(body), compressed=True)
+        head = request_head(self._prefix + path, self._authority, _keyed(headers), len(body), compressed=True)
         deadline = None if timeout is None else time.monotonic() + timeout
         got = await self._request(head, body, limit, stream=False, deadline=deadline)
         assert isinstance(got, H1Response)
@@ -336,7 +344,9 @@ class H1Pool:
     async def open(self, path: str, body: bytes, headers: Mapping[str, str]) -> H1Stream:
         """POST ``body``; the answer once its head has arrived, its body still to read. The
         caller must ``release()`` or ``close()`` it."""
-        head = request_head(self._prefix + path, self._authority, headers, len(body), compressed=False)
+        head = request_head(
+            self._prefix + path, self._authority, _keyed(headers), len(body), compressed=False
+        )
         got = await self._request(head, body, 0, stream=True)
         assert isinstance(got, H1Stream)
         return got

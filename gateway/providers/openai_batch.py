@@ -13,6 +13,8 @@ import orjson
 from gateway.core.errors import SwitchyardError
 from gateway.providers import http
 
+MAX_PAGES = 20  # of 100 batches: how far back ``find`` looks
+
 
 class OpenAIBatchUpstream:
     def __init__(
@@ -58,16 +60,42 @@ class OpenAIBatchUpstream:
             raise http.bad_response(self.name, "body is not a JSON object")
         return data
 
-    async def submit(self, endpoint: str, lines: bytes, timeout: float) -> str:
+    async def submit(self, endpoint: str, lines: bytes, timeout: float, metadata: dict[str, str]) -> str:
         form = aiohttp.FormData()
         form.add_field("purpose", "batch")
         form.add_field("file", lines, filename="batch.jsonl", content_type="application/jsonl")
         uploaded = await self._json("POST", "/files", timeout, data=form)
-        body = {"input_file_id": uploaded.get("id"), "endpoint": endpoint, "completion_window": "24h"}
+        body = {
+            "input_file_id": uploaded.get("id"),
+            "endpoint": endpoint,
+            "completion_window": "24h",
+            "metadata": metadata,
+        }
         created = await self._json("POST", "/batches", timeout, json=body)
         if not isinstance(created.get("id"), str):
             raise http.bad_response(self.name, "the batch has no id")
         return str(created["id"])
+
+    async def find(self, metadata: dict[str, str], since: float, timeout: float) -> str | None:
+        """Pages through ``GET /batches`` (newest first) down to ``since``, less a minute."""
+        after: str | None = None
+        for _ in range(MAX_PAGES):
+            query = "?limit=100" + (f"&after={after}" if after else "")
+            page = await self._json("GET", "/batches" + query, timeout)
+            listed = page.get("data")
+            data: list[dict[str, Any]] = (
+                [b for b in listed if isinstance(b, dict)] if isinstance(listed, list) else []
+            )
+            for b in data:
+                shown = b.get("metadata")
+                tags: dict[str, Any] = shown if isinstance(shown, dict) else {}
+                if all(tags.get(k) == v for k, v in metadata.items()) and isinstance(b.get("id"), str):
+                    return str(b["id"])
+            older = [b for b in data if float(b.get("created_at") or 0) < since - 60]
+            if not data or older or not page.get("has_more"):
+                return None
+            after = str(data[-1].get("id"))
+        return None
 
     async def status(self, batch_id: str, timeout: float) -> dict[str, Any]:
         return await self._json("GET", f"/batches/{batch_id}", timeout)
