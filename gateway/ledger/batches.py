@@ -29,7 +29,7 @@ from typing import Any, Final
 import orjson
 
 from gateway.core.batch import Batch, Claimed, ItemResult, NewItem
-from gateway.ledger.pg import pg_connect
+from gateway.ledger.pg_conn import PgConn
 from gateway.ledger.schema import BATCH_ITEMS, BATCHES
 from gateway.ledger.sqlite import connect, immediate, is_postgres_url, ledger_path
 
@@ -94,9 +94,9 @@ def _params_of(b: Batch) -> tuple[Any, ...]:
 
 
 class BatchStore:
-    """The batches and their items over one DB-API connection (``_SqliteConn``/``_PgConn``)."""
+    """The batches and their items over one DB-API connection (``_SqliteConn``/``PgConn``)."""
 
-    def __init__(self, conn: _SqliteConn | _PgConn) -> None:
+    def __init__(self, conn: _SqliteConn | PgConn) -> None:
         self._db = conn
 
     def _q(self, sql: str) -> str:
@@ -351,41 +351,11 @@ class _SqliteConn:
             self._conn.close()
 
 
-class _PgConn:
-    """PostgreSQL (opened at first use, reopened after a failure)."""
-
-    placeholder = "%s"
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._lock = threading.Lock()
-        self._conn: Any = None
-
-    def transaction(self, fn: Any, *args: Any) -> Any:
-        with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = pg_connect(self.url)
-                self._conn.autocommit = True
-            try:
-                with self._conn.transaction(), self._conn.cursor() as cur:
-                    return fn(cur, *args)
-            except Exception:
-                self._conn.close()
-                self._conn = None
-                raise
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-
 def open_batch_store(ledger_url: str) -> BatchStore | None:
     """The store in the ledger's own database (its migrations made the tables); None when the
     ledger is off (``none``)."""
     if ledger_url.strip().lower() == "none":
         return None
     if is_postgres_url(ledger_url):
-        return BatchStore(_PgConn(ledger_url))
+        return BatchStore(PgConn(ledger_url))
     return BatchStore(_SqliteConn(ledger_path(ledger_url)))
