@@ -22,7 +22,8 @@ from gateway.cache.semantic_layer import SemanticLayer
 from gateway.config.loader import PolicyError, load_policy
 from gateway.config.policy import CachePolicy, Policy, ProviderPolicy
 from gateway.config.settings import Settings
-from gateway.core.ports import BatchUpstream, ExactCache, Ledger, Provider, Stickiness, Tracer
+from gateway.core.ports import ExactCache, Ledger, Provider, Stickiness, Tracer
+from gateway.core.ports_batch import BatchUpstream
 from gateway.flow import learning
 from gateway.flow.batch_runner import BatchRunner
 from gateway.flow.services import Services, TaskOwner

@@ -2,7 +2,7 @@
 
 The flow names these Protocols, never a concrete store; gateway/bootstrap.py builds the real
 parts (SQLite/PostgreSQL ledger, Redis or in-process caches, HTTP providers) and tests hand
-in-memory fakes through the same doors.
+in-memory fakes through the same doors. The Batch and Files APIs' ports: core/ports_batch.py.
 
 core names nothing of ours outside itself, so a few parameters that are policy objects
 (``gateway.config.policy.Policy`` / ``RoutePolicy``) are typed ``PolicyT`` (``Any``), and the
@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Gener
 from decimal import Decimal
 from typing import Any, Protocol
 
-from gateway.core.batch import Batch, Claimed, ItemResult, NewItem
 from gateway.core.carry import SharedRead, SharedWrite
 from gateway.core.ledger_row import LedgerRow
 from gateway.core.types import ChatResult, ChatStream, RawResult, RequestFacts, Target, Usage
@@ -437,88 +436,3 @@ class Stickiness(Protocol):
         ...
 
     async def aclose(self) -> None: ...
-
-
-class BatchStore(Protocol):
-    """The Batch API's batches and items (gateway/ledger/batches.py tells the item's life)."""
-
-    async def create(self, batch: Batch, items: Sequence[NewItem]) -> None: ...
-
-    async def get(self, tenant: str | None, batch_id: str) -> Batch | None: ...
-
-    async def page(self, tenant: str, api: str, after: str | None, limit: int) -> list[Batch]: ...
-
-    async def save(self, batch: Batch) -> None: ...
-
-    async def set_upstream(self, batch_id: str, upstream: dict[str, Any] | None) -> None: ...
-
-    async def open_batches(self) -> list[Batch]: ...
-
-    async def counts(self, batch_id: str) -> dict[str, int]: ...
-
-    async def unfinished(self, batch_id: str) -> bool: ...
-
-    async def claim(self, batch_id: str, limit: int, lease_s: float) -> list[Claimed]: ...
-
-    async def mark_sent(self, item: Claimed) -> None: ...
-
-    async def complete(self, item: Claimed, status: str, result: bytes, ledger_row: bytes | None) -> bool: ...
-
-    async def release(self, items: Sequence[Claimed]) -> None: ...
-
-    async def unbilled(self, limit: int) -> list[tuple[str, int, bytes]]: ...
-
-    async def mark_billed(self, keys: Sequence[tuple[str, int]]) -> None: ...
-
-    async def close_pending(self, batch_id: str, status: str, result: bytes) -> int: ...
-
-    async def results(self, batch_id: str, after: int, limit: int) -> list[ItemResult]: ...
-
-    def close(self) -> None: ...
-
-
-class FileStore(Protocol):
-    """The Files API's files, per tenant (metadata as OpenAI's file object): in a local
-    directory (ledger/batch_files.py) or, with a PostgreSQL ledger, in its database, shared
-    by every replica (ledger/batch_files_pg.py)."""
-
-    async def put(self, tenant: str, purpose: str, filename: str, data: bytes) -> dict[str, Any]: ...
-
-    async def get(self, tenant: str, file_id: str) -> dict[str, Any] | None: ...
-
-    async def content(self, tenant: str, file_id: str) -> bytes | None: ...
-
-    async def listing(self, tenant: str, purpose: str | None) -> list[dict[str, Any]]: ...
-
-    async def delete(self, tenant: str, file_id: str) -> bool: ...
-
-    def close(self) -> None: ...
-
-
-class BatchUpstream(Protocol):
-    """A provider's own batch API (OpenAI's Files + Batches): a batch goes up whole, its
-    answers come back as the provider's output and error files."""
-
-    @property
-    def endpoints(self) -> frozenset[str]:
-        """The batch endpoints (wire paths) it runs."""
-        ...
-
-    async def submit(self, endpoint: str, lines: bytes, timeout: float, metadata: dict[str, str]) -> str:
-        """Upload ``lines`` (JSONL, OpenAI's batch input format) and create the batch, tagged
-        with ``metadata`` where the provider keeps it; its id."""
-        ...
-
-    async def find(self, metadata: dict[str, str], since: float, timeout: float) -> str | None:
-        """The id of the provider's batch tagged with ``metadata`` created after ``since``
-        (unix seconds), None when there is none. Raises NotImplementedError where the
-        provider keeps no metadata on a batch (it cannot be found again)."""
-        ...
-
-    async def status(self, batch_id: str, timeout: float) -> dict[str, Any]:
-        """The provider's batch object (``status``, ``output_file_id``, ``error_file_id``)."""
-        ...
-
-    async def content(self, file_id: str, timeout: float) -> bytes: ...
-
-    async def cancel(self, batch_id: str, timeout: float) -> None: ...

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from gateway.core.batch import Batch, Claimed, request_id_of
-from gateway.core.ports import BatchStore, BatchUpstream
+from gateway.core.ports_batch import BatchStore, BatchUpstream
 from gateway.core.redact import redact
 from gateway.core.types import (
     Price,

@@ -20,7 +20,8 @@ import orjson
 from gateway.core.batch import BATCH_ITEM, Batch, Claimed, ItemCall, request_id_of
 from gateway.core.errors import SwitchyardError
 from gateway.core.ledger_row import LedgerRow
-from gateway.core.ports import BatchStore, Ledger
+from gateway.core.ports import Ledger
+from gateway.core.ports_batch import BatchStore
 from gateway.core.types import Principal
 from gateway.flow import pipeline
 from gateway.flow.adapters.base import Inbound

@@ -31,7 +31,7 @@ import orjson
 from gateway.config.policy import RouteBatchPolicy
 from gateway.core.batch import Batch, Claimed
 from gateway.core.errors import SwitchyardError
-from gateway.core.ports import BatchStore
+from gateway.core.ports_batch import BatchStore
 from gateway.core.types import Principal
 from gateway.flow import batch_budget, batch_forward, batch_items
 from gateway.flow.services import Services

@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.core.batch import OPEN, Batch, NewItem
 from gateway.core.errors import BadRequestError, NotConfiguredError, NotFoundError
-from gateway.core.ports import BatchStore, FileStore
+from gateway.core.ports_batch import BatchStore, FileStore
 from gateway.core.types import Principal
 from gateway.flow import batch_budget
 from gateway.flow.services import Services

@@ -18,11 +18,8 @@ from gateway.config.policy import Policy
 from gateway.config.settings import Settings
 from gateway.core.batch import BatchHolds
 from gateway.core.ports import (
-    BatchStore,
-    BatchUpstream,
     ExactCache,
     Feedback,
-    FileStore,
     Ledger,
     Limits,
     Provider,
@@ -31,6 +28,7 @@ from gateway.core.ports import (
     Stickiness,
     Tracer,
 )
+from gateway.core.ports_batch import BatchStore, BatchUpstream, FileStore
 from gateway.limits.key_cache import KeyCache
 from gateway.routing.breaker import BreakerBoard
 from gateway.routing.engine_load import EngineBoard

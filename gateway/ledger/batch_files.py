@@ -1,4 +1,4 @@
-"""The Files API's storage (core.ports.FileStore) for one process (with a PostgreSQL ledger
+"""The Files API's storage (core.ports_batch.FileStore) for one process (with a PostgreSQL ledger
 ``open_file_store`` takes the database's, shared by replicas): a local directory,
 ``<SWITCHYARD_HOME>/files``, one folder per tenant (named by a hash of the tenant, so a
 tenant's name never becomes a path), each file beside its metadata (``<id>.json``). Writes
@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from gateway.core.ports import FileStore
+from gateway.core.ports_batch import FileStore
 from gateway.ledger.batch_files_pg import PgFileStore
 from gateway.ledger.file_meta import new_file, valid_id
 from gateway.ledger.sqlite import is_postgres_url

@@ -1,4 +1,4 @@
-"""The Files API's storage in PostgreSQL (core.ports.FileStore), for replicas that share the
+"""The Files API's storage in PostgreSQL (core.ports_batch.FileStore), for replicas that share the
 ledger's database: a file uploaded through one replica (a batch's input) or written by the one
 that finished a batch (its output and error files) reads the same through every other. The
 table comes with the ledger's migrations (v14); each file is one row (metadata and bytes), so

@@ -1,4 +1,4 @@
-"""The Batch API's state in the ledger's database (core.ports.BatchStore; tables of schema
+"""The Batch API's state in the ledger's database (core.ports_batch.BatchStore; tables of schema
 v12): ``batches`` and ``batch_items``, SQLite or PostgreSQL, beside the ledger's rows.
 
 An item moves pending -> running (claimed, with a lease) -> a final status. The result and the

@@ -1,4 +1,4 @@
-"""Anthropic's Message Batches API as a core.ports.BatchUpstream: the gateway's batch lines
+"""Anthropic's Message Batches API as a core.ports_batch.BatchUpstream: the gateway's batch lines
 (OpenAI's input format, each body an Anthropic Messages request) go up as one Message Batch;
 its results come back as OpenAI-style output lines (``response.body``: the message, or the
 error), so flow/batch_forward.py reads every provider's answers one way."""

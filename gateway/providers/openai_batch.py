@@ -1,4 +1,4 @@
-"""An OpenAI-compatible provider's own batch API (core.ports.BatchUpstream): upload the input
+"""An OpenAI-compatible provider's own batch API (core.ports_batch.BatchUpstream): upload the input
 file (``purpose=batch``), create the batch, read its status, download its output and error
 files, cancel it. A few calls per batch, not per request: plain aiohttp, one session a call."""
 
