@@ -223,7 +223,7 @@ def test_a_models_centre_uncertainty_is_one_error_across_its_tasks() -> None:
 
 
 def test_an_unset_explore_share_is_the_rules_default() -> None:
-    from gateway.config.policy import LearnPolicy
+    from gateway.config.route_extras import LearnPolicy
     from gateway.routing.learned_routes import settings_of
 
     assert settings_of(LearnPolicy()).explore_share == LearnSettings().explore_share

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from gateway.config.policy import RouteBatchPolicy
+from gateway.config.route_extras import RouteBatchPolicy
 from gateway.core.batch import Batch, Claimed
 from gateway.core.errors import SwitchyardError
 from gateway.core.ports_batch import BatchStore

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.config.policy import CascadePolicy
+from gateway.config.route_extras import CascadePolicy
 from gateway.core.errors import SwitchyardError
 from gateway.core.types import Usage
 from gateway.flow.adapters.base import Answer, Inbound

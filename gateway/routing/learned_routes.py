@@ -11,7 +11,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from gateway.config.policy import LearnPolicy, Policy
+from gateway.config.policy import Policy
+from gateway.config.route_extras import LearnPolicy
 from gateway.core.ports import FeedbackOutcome
 from gateway.core.types import Target
 from gateway.routing.learned import Choice, Estimate, Learner, LearnSettings
