@@ -14,31 +14,37 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
+from gateway.config.loader import load_policy
+from gateway.core.types import Principal
 from gateway.ledger.feedback import FeedbackStore
 from gateway.ledger.sqlite import connect, migrate
+from gateway.routing.learned_routes import LearnedRoutes
+from gateway.routing.plan import RoutePlan
+from gateway.routing.router import Router
+from tests.gateway_harness import mock_policy
 from tests.pg_support import scratch_schema
 
 # ../shared/data beside the repository (SHARED_DATA_DIR names another place)
 DATA = Path(os.environ.get("SHARED_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
 DATA = DATA / "routing-multi"
-ROWS = [  # request_id, tenant, route, task, served_model, cost_usd
-    ("r1", "acme", "learned", "sum", "small", "0.0010000000"),
-    ("r2", "acme", "learned", "sum", "large", "0.0100000000"),
-    ("r3", "acme", "learned", "code", "large", "0.0200000000"),
-    ("r4", "other", "learned", "sum", "small", "0.0010000000"),
+ROWS = [  # request_id, tenant, route, task, served_model, cost_usd, route_decision
+    ("r1", "acme", "learned", "sum", "small", "0.0010000000", "exploit:sum"),
+    ("r2", "acme", "learned", "sum", "large", "0.0100000000", "explore:sum"),
+    ("r3", "acme", "learned", "code", "large", "0.0200000000", "exploit:code"),
+    ("r4", "other", "learned", "sum", "small", "0.0010000000", "explore:sum"),
 ]
 INSERT = (
     "INSERT INTO ledger (request_id, ts, tenant, route, requested_model, served_model, endpoint, stream, "
-    "cache_status, usage_estimated, cost_usd, latency_ms, status, http_status, attempts, task{e10}) "
-    "VALUES ({marks})"
+    "cache_status, usage_estimated, cost_usd, latency_ms, status, http_status, attempts, task, "
+    "route_decision{e10}) VALUES ({marks})"
 )
 
 
 def _sqlite_ledger(path: Path) -> str:
     conn = connect(path)
     migrate(conn)
-    sql = INSERT.format(e10=", cost_e10", marks=", ".join("?" * 17))
-    for rid, tenant, route, task, model, cost in ROWS:
+    sql = INSERT.format(e10=", cost_e10", marks=", ".join("?" * 18))
+    for rid, tenant, route, task, model, cost, decision in ROWS:
         e10 = int(float(cost) * 1e10)
         conn.execute(
             sql,
@@ -59,6 +65,7 @@ def _sqlite_ledger(path: Path) -> str:
                 200,
                 1,
                 task,
+                decision,
                 e10,
             ),
         )
@@ -75,9 +82,9 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         store = FeedbackStore(url)
         store.outcomes("none")  # migrates
         conn = store._db()
-        sql = INSERT.format(e10="", marks=", ".join(["%s"] * 16))
+        sql = INSERT.format(e10="", marks=", ".join(["%s"] * 17))
         with conn.cursor() as cur:
-            for rid, tenant, route, task, model, cost in ROWS:
+            for rid, tenant, route, task, model, cost, decision in ROWS:
                 cur.execute(
                     sql,
                     (
@@ -97,13 +104,24 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
                         200,
                         1,
                         task,
+                        decision,
                     ),
                 )
         store.close()
         yield url
 
 
-def test_scores_are_tenant_scoped_and_feed_the_evidence(ledger_url: str) -> None:
+def _learned_plan(tmp_path: Path) -> RoutePlan:
+    """The plan of a learned route named ``learned`` over ``small`` and ``large``."""
+    text = mock_policy("http://127.0.0.1:9/v1").replace(
+        "routes:\n", "routes:\n  learned:\n    targets: [small, large]\n    learn: {}\n", 1
+    )
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    return Router(load_policy(path)).resolve("learned", Principal(tenant="acme"), "chat")
+
+
+def test_scores_are_tenant_scoped_and_feed_the_evidence(ledger_url: str, tmp_path: Path) -> None:
     store = FeedbackStore(ledger_url)
     try:
         owner = store.put("acme", "r1", 1.0, "api")
@@ -126,6 +144,15 @@ def test_scores_are_tenant_scoped_and_feed_the_evidence(ledger_url: str) -> None
             ("acme", "code"): 1,
             ("other", "sum"): 1,
         }
+        explored = store.explored_per_task("learned")
+        assert explored == {("acme", "sum"): 1, ("other", "sum"): 1}
+        # the exploration allowance is the route's: a learner loaded from the database (a
+        # restart, another replica) counts what every process explored, not zero
+        routes = LearnedRoutes()
+        plan = _learned_plan(tmp_path)
+        routes.load(plan, store.outcomes("learned"), store.requests_per_task("learned"), None, explored)
+        assert routes.learner(plan, "acme").task("sum").explored == 1
+        assert routes.learner(plan, "acme").task("code").explored == 0
         lines = {line.group: line for line in store.quality(("task", "model"), tenant="acme")}
         assert (
             lines[("sum", "large")].quality == 0.5 and str(lines[("sum", "large")].cost_usd) == "0.0100000000"

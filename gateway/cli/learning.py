@@ -214,7 +214,11 @@ def simulate_learned(plan: RoutePlan, policy: Any, tenant: str, task: str | None
         store = FeedbackStore(url)
         try:
             learned.load(
-                plan, store.outcomes(plan.name), store.requests_per_task(plan.name), abilities(policy)
+                plan,
+                store.outcomes(plan.name),
+                store.requests_per_task(plan.name),
+                abilities(policy),
+                store.explored_per_task(plan.name),
             )
         finally:
             store.close()

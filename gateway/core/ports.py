@@ -162,6 +162,10 @@ class Feedback(Protocol):
         """Blocking: served requests per (tenant, task) of ``route``."""
         ...
 
+    def explored_per_task(self, route: str) -> dict[tuple[str, str], int]:
+        """Blocking: of those, the requests that explored."""
+        ...
+
     def call(self, fn: Callable[[], Any]) -> Awaitable[Any]:
         """Run blocking ``fn`` on the store's worker thread."""
         ...

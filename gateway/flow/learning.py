@@ -92,5 +92,7 @@ async def load(svc: Services, name: str) -> int:
     if store is None:
         return 0
     plan = svc.router.resolve(name, Principal(tenant=""), "chat")
-    outcomes, requests = await store.call(lambda: (store.outcomes(name), store.requests_per_task(name)))
-    return svc.learned.load(plan, outcomes, requests, abilities(svc.policy))
+    outcomes, requests, explored = await store.call(
+        lambda: (store.outcomes(name), store.requests_per_task(name), store.explored_per_task(name))
+    )
+    return svc.learned.load(plan, outcomes, requests, abilities(svc.policy), explored)

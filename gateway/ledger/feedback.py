@@ -151,6 +151,18 @@ class FeedbackStore:
             rows = self._rows(sql, (route,))
         return {(str(t), str(k)): int(n) for t, k, n in rows}
 
+    def explored_per_task(self, route: str) -> dict[tuple[str, str], int]:
+        """Requests per (tenant, task) of a route that explored (``route_decision`` explore:...):
+        every replica's and every earlier process's, so the exploration allowance is the
+        route's, not each process's (blocking)."""
+        sql = (
+            f"SELECT tenant, task, COUNT(*) FROM {TABLE} WHERE route = ? AND task IS NOT NULL "
+            "AND served_model IS NOT NULL AND route_decision LIKE ? GROUP BY tenant, task"
+        )
+        with self._lock:
+            rows = self._rows(sql, (route, "explore:%"))
+        return {(str(t), str(k)): int(n) for t, k, n in rows}
+
     def quality(
         self, by: tuple[str, ...], tenant: str | None = None, since: float | None = None
     ) -> list[QualityLine]:

@@ -98,8 +98,11 @@ class LearnedRoutes:
         outcomes: Iterable[FeedbackOutcome],
         requests: Mapping[tuple[str, str], int],
         ability: Mapping[str, float] | None = None,
+        explored: Mapping[tuple[str, str], int] | None = None,
     ) -> int:
-        """Replace a route's evidence by the database's (every tenant); returns the learners."""
+        """Replace a route's evidence by the database's (every tenant); returns the learners.
+        ``explored``: the requests per (tenant, task) that explored, every process's (the
+        exploration allowance is the route's: a restart or another replica does not renew it)."""
         tenants: set[str] = {t for t, _ in requests}
         rows = list(outcomes)
         tenants.update(o.tenant for o in rows)
@@ -108,6 +111,9 @@ class LearnedRoutes:
             for (who, task), n in requests.items():
                 if who == tenant:
                     learner.task(task).requests = max(learner.task(task).requests, n)
+            for (who, task), n in (explored or {}).items():
+                if who == tenant:
+                    learner.task(task).explored = max(learner.task(task).explored, n)
             for o in rows:
                 if o.tenant == tenant:
                     learner.load(o.task, o.model, o.n, o.total)
