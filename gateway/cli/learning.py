@@ -197,6 +197,8 @@ def cmd_eval_cascade(args: argparse.Namespace) -> int:
     print("\n| design | escalated | flags wrong | flags right | AUC |\n| --- | ---: | ---: | ---: | ---: |")
     for name, p in result["power"].items():
         print(f"| {name} | {p['escalated']:.1%} | {p['tpr']:.1%} | {p['fpr']:.1%} | {p['auc']} |")
+    for name, t in result["check_ms_per_answer"].items():
+        print(f"\ncheck time per answer, {name}: p50 {t['p50']} ms, p99 {t['p99']} ms")
     if "cv_spread" in result:
         q, c = result["cv_spread"]["quality_vs_strong"], result["cv_spread"]["cost_vs_strong"]
         print(

@@ -22,6 +22,7 @@ Prices (USD per 1M input/output tokens, list): the weak model Mixtral-8x7B-Instr
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -121,9 +122,11 @@ def _run(
     grading: Callable[[], Grading | None],
     coef_of: Callable[[int], Coefficients] | None = None,
     parts: F64 | None = None,
+    times: list[float] | None = None,
 ) -> npt.NDArray[np.bool_]:
     """Whether each row escalates, in file order, by ``verdict`` (the live route's code). With
-    ``parts``, each part is its own stream (its own calibrator) graded by ``coef_of(part)``."""
+    ``parts``, each part is its own stream (its own calibrator) graded by ``coef_of(part)``;
+    ``times`` gets each verdict's seconds (what the check costs the event loop per answer)."""
     groups = np.zeros(len(data.rows), dtype=int) if parts is None else parts.astype(int)
     out = np.zeros(len(data.rows), dtype=bool)
     for g in np.unique(groups):
@@ -131,7 +134,11 @@ def _run(
         if grade is not None and coef_of is not None:
             grade.coef = coef_of(int(g))
         for i in np.nonzero(groups == g)[0]:
-            out[i] = verdict(checks, *_request(data.rows[i]), grade) is not None
+            request = _request(data.rows[i])
+            t0 = time.perf_counter()
+            out[i] = verdict(checks, *request, grade) is not None
+            if times is not None:
+                times.append(time.perf_counter() - t0)
     return out
 
 
@@ -149,8 +156,9 @@ def evaluate(
 
     equal = Coefficients(0.0, dict.fromkeys(SIGNALS, 1.0))
     folds = {h: fit(data.x[data.half != h], data.wrong[data.half != h]) for h in (0, 1)}
+    took: dict[str, list[float]] = {"pass/fail checks": [], "graded": []}
     designs: dict[str, tuple[npt.NDArray[np.bool_], F64 | None]] = {
-        "cascade: pass/fail checks": (_run(data, checks, lambda: None), None)
+        "cascade: pass/fail checks": (_run(data, checks, lambda: None, times=took["pass/fail checks"]), None)
     }
     if "math" in checks:
         cv_scores = np.array(
@@ -160,7 +168,7 @@ def evaluate(
             ]
         )
         designs["cascade: suspicion, shipped (in-sample)"] = (
-            _run(data, checks, grading),
+            _run(data, checks, grading, times=took["graded"]),
             np.array([score(dict(zip(SIGNALS, x, strict=True))) for x in data.x]),
         )
         designs["cascade: suspicion, 2-fold CV"] = (
@@ -213,10 +221,23 @@ def evaluate(
         "check_tpr": base["tpr"],
         "check_fpr": base["fpr"],
         "check_auc": base["auc"],
+        "check_ms_per_answer": {  # median and p99 over the rows, this machine, one thread
+            k: {
+                "p50": round(float(np.percentile(v, 50)) * 1e3, 4),
+                "p99": round(float(np.percentile(v, 99)) * 1e3, 4),
+            }
+            for k, v in took.items()
+            if v
+        },
     }
     if "math" in checks:
         result["cv_spread"] = _spread(data, checks, grading, ref_q, ref_c)
     return result
+
+
+def _ms(seconds: list[float]) -> dict[str, float]:
+    """Median and p99 of ``seconds``, in milliseconds."""
+    return {q: round(float(np.percentile(seconds, p)) * 1e3, 4) for q, p in (("p50", 50), ("p99", 99))}
 
 
 def _spread(
