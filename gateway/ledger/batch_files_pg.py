@@ -33,27 +33,26 @@ class PgFileStore:
         await asyncio.to_thread(self._db.transaction, work)
         return meta
 
-    async def get(self, tenant: str, file_id: str) -> dict[str, Any] | None:
+    async def _one(self, column: str, tenant: str, file_id: str) -> bytes | None:
+        """One file's ``meta`` or ``data`` (None: no such file of this tenant)."""
         if not valid_id(file_id):
             return None
 
         def work(cur: Any) -> Any:
-            cur.execute(f"SELECT meta FROM {FILES_TABLE} WHERE tenant = %s AND id = %s", (tenant, file_id))
-            return cur.fetchone()
-
-        row = await asyncio.to_thread(self._db.transaction, work)
-        return None if row is None else dict(orjson.loads(bytes(row[0])))
-
-    async def content(self, tenant: str, file_id: str) -> bytes | None:
-        if not valid_id(file_id):
-            return None
-
-        def work(cur: Any) -> Any:
-            cur.execute(f"SELECT data FROM {FILES_TABLE} WHERE tenant = %s AND id = %s", (tenant, file_id))
+            cur.execute(
+                f"SELECT {column} FROM {FILES_TABLE} WHERE tenant = %s AND id = %s", (tenant, file_id)
+            )
             return cur.fetchone()
 
         row = await asyncio.to_thread(self._db.transaction, work)
         return None if row is None else bytes(row[0])
+
+    async def get(self, tenant: str, file_id: str) -> dict[str, Any] | None:
+        meta = await self._one("meta", tenant, file_id)
+        return None if meta is None else dict(orjson.loads(meta))
+
+    async def content(self, tenant: str, file_id: str) -> bytes | None:
+        return await self._one("data", tenant, file_id)
 
     async def listing(self, tenant: str, purpose: str | None) -> list[dict[str, Any]]:
         """The tenant's files (of ``purpose``), newest first."""
