@@ -135,15 +135,20 @@ class BatchRunner:
         return bool(batches or self._running or self._billed)
 
     async def _revoked_keys(self, svc: Services) -> frozenset[str]:
-        """The revoked key ids, read again when the key store's change counter moved (at most
-        every KEYS_EVERY_S); the last known set while the store is unreachable."""
-        now = time.monotonic()
-        if now - self._keys_read < KEYS_EVERY_S:
-            return self._revoked
-        self._keys_read = now
+        """The revoked key ids, read again when the key store's change counter moved (as the
+        replica's KeyWatch last read it; without one, read here at most every KEYS_EVERY_S);
+        the last known set while the store is unreachable."""
         store = svc.keys.store
+        watched = svc.keys.version
+        if watched is None:
+            now = time.monotonic()
+            if now - self._keys_read < KEYS_EVERY_S:
+                return self._revoked
+            self._keys_read = now
+        elif watched == self._keys_version:
+            return self._revoked
         try:
-            version = await asyncio.to_thread(store.version)
+            version = watched if watched is not None else await asyncio.to_thread(store.version)
             if version != self._keys_version:
                 records = await asyncio.to_thread(store.list, True)
                 self._revoked = frozenset(r.key_id for r in records if r.revoked)

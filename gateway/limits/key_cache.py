@@ -64,6 +64,7 @@ class KeyCache:
         self._confirmed: dict[str, float] = {}  # digest -> when the store last confirmed it
         self._misses: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()  # guards evictions; reads are single dict operations
+        self.version: int | None = None  # the store's change counter as a KeyWatch last read it
 
     def lookup(self, key: str, ttl: float | None = None, stale: float | None = None) -> KeyRecord | None:
         """The active record for ``key`` (from memory when fresh), or None. ``ttl`` and

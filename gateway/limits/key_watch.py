@@ -54,7 +54,7 @@ class KeyWatch:
                 log.warning("key store unreachable; key changes wait for it: %s", type(exc).__name__)
             return False
         first = self.version is None
-        self.version = version
+        self.version = self.keys.version = version
         self.limits.replace_key_limits(fresh)
         if first:
             return False
