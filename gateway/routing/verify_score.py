@@ -118,10 +118,6 @@ DEFAULT: Final = Coefficients(
 )
 
 
-def _values(numbers: Sequence[str]) -> list[float]:
-    return [v for v in (_number(x) for x in numbers) if v is not None]
-
-
 def _keys(text: str) -> set[float]:
     """The numbers of ``text``, rounded to cents (numbers equal to the cent match)."""
     return {round(float(x.replace(",", "")), 2) for x in _NUMBER.findall(text)}  # always a number
