@@ -37,15 +37,6 @@ class RequestRecord:
         n = self.body.get("n")
         return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
 
-    @property
-    def max_output(self) -> int | None:
-        """The output tokens the request allows (None: the model's own limit)."""
-        for name in ("max_completion_tokens", "max_tokens"):
-            value = self.body.get(name)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-        return None
-
     def sampling(self) -> dict[str, Any]:
         """The sampling parameters the request carries (after the route's params)."""
         return {k: self.body[k] for k in SAMPLING if self.body.get(k) is not None}
