@@ -125,7 +125,7 @@ def cmd_eval_routing(args: argparse.Namespace) -> int:
     if args.half is not None:
         stream = half(stream, args.half)
     settings = LearnSettings(quality_target=args.quality_target, task_floor=args.task_floor)
-    result = report(stream, settings, seeds=args.seeds)
+    result = report(stream, settings, seeds=args.seeds, reveal=args.reveal)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -140,6 +140,10 @@ def cmd_eval_routing(args: argparse.Namespace) -> int:
     share, paid = result["explored_share"], result["explore_cost_vs_best"]
     print(f"explored {share:.1%} of requests ({paid:.1%} of the best single model's cost)")
     print(f"worst task with >= 100 requests: {worst['task']} at {worst['ratio']:.1%} of its best")
+    floor = result["tasks_at_floor"]
+    print(
+        f"tasks with >= 100 requests at the floor or above: {floor['met']} of {floor['of']} (all orderings)"
+    )
     return 0
 
 
@@ -281,6 +285,13 @@ def register_eval(esub: Any) -> None:
     ev.add_argument("--seeds", type=int, default=3, help="orderings of the stream averaged")
     ev.add_argument(
         "--half", type=int, choices=[0, 1], default=None, help="only every other task (by SHA-1 of its name)"
+    )
+    ev.add_argument(
+        "--reveal",
+        choices=["served", "cheaper", "all"],
+        default="served",
+        help="a diagnostic: show the learner the outcomes of the models cheaper than the best single"
+        " one, or of all, besides the served one (the price of bandit feedback)",
     )
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=cmd_eval_routing)

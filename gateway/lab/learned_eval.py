@@ -160,9 +160,39 @@ class Replay:
     per_task: dict[str, tuple[int, float]]  # task -> (requests, realised quality)
 
 
-def replay(stream: Stream, settings: LearnSettings, seed: int = 0) -> Replay:
-    """Run the stream through one learner: each row's chosen model's score and cost only."""
-    learner = Learner(stream.models, stream.price, stream.ability, settings)
+class _Revealing(Learner):
+    """A diagnostic: the rule shown the outcomes of more models than it served (what bandit
+    feedback costs it); what it owes is still counted on what it served."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.served_n: dict[str, float] = defaultdict(float)
+        self.served_s = 0.0
+
+    def _served(self, names: Sequence[str]) -> tuple[dict[str, float], float]:
+        return {t: self.served_n[t] for t in names}, self.served_s
+
+
+REVEALS = ("served", "cheaper", "all")  # whose outcomes the learner sees: see ``revealed``
+
+
+def revealed(stream: Stream, reveal: str, best: str) -> frozenset[str]:
+    """The models whose outcome a replay shows besides the served one: none (``served``, the
+    route's real information), every model priced below the best single one (``cheaper``:
+    as if trying a cheap model cost no quality), or every model (``all``)."""
+    if reveal == "all":
+        return frozenset(stream.models)
+    if reveal == "cheaper":
+        return frozenset(m for m in stream.models if stream.price[m] < stream.price[best])
+    return frozenset()
+
+
+def replay(
+    stream: Stream, settings: LearnSettings, seed: int = 0, shown: frozenset[str] = frozenset()
+) -> Replay:
+    """Run the stream through one learner: each row's chosen model's score and cost only (and
+    the scores of ``shown``, a diagnostic: see ``revealed``)."""
+    learner = (_Revealing if shown else Learner)(stream.models, stream.price, stream.ability, settings)
     rng = random.Random(seed)
     q = c = ec = 0.0
     explored = 0
@@ -171,6 +201,11 @@ def replay(stream: Stream, settings: LearnSettings, seed: int = 0) -> Replay:
         choice = learner.choose(row.task, rng)
         score, cost = row.scores[choice.model], row.costs[choice.model]
         learner.observe(row.task, choice.model, score, cost, choice.explore)
+        if isinstance(learner, _Revealing):
+            learner.served_n[learner.name(row.task)] += 1
+            learner.served_s += score
+            for m in shown - {choice.model}:
+                learner.observe(row.task, m, row.scores[m])
         q += score
         c += cost
         tq[row.task].append(score)
@@ -182,24 +217,29 @@ def replay(stream: Stream, settings: LearnSettings, seed: int = 0) -> Replay:
     return Replay(q / n, c, explored / n, ec, per_task)
 
 
-def report(stream: Stream, settings: LearnSettings, seeds: int = 3) -> dict[str, Any]:
+def report(stream: Stream, settings: LearnSettings, seeds: int = 3, reveal: str = "served") -> dict[str, Any]:
     """The table of one stream: the learned route (mean over ``seeds`` orderings of the stream)
-    beside the baselines, and the targets' checks."""
+    beside the baselines, and the targets' checks. ``reveal``: see ``revealed``."""
     lines, best, task_best = baselines(stream)
     ref = lines[0]
+    shown = revealed(stream, reveal, best)
     runs = []
     for seed in range(seeds):
         rows = list(stream.rows)
         random.Random(seed).shuffle(rows)
-        runs.append(replay(Stream(rows, stream.models, stream.price, stream.ability), settings, seed))
+        runs.append(replay(Stream(rows, stream.models, stream.price, stream.ability), settings, seed, shown))
     quality = sum(r.quality for r in runs) / seeds
     cost = sum(r.cost for r in runs) / seeds
-    learned = Line(f"learned (q={settings.quality_target}, floor={settings.task_floor})", quality, cost)
+    name = f"learned (q={settings.quality_target}, floor={settings.task_floor})"
+    if reveal != "served":
+        name += f", shown {reveal}: {len(shown)} models' outcomes"
+    learned = Line(name, quality, cost)
     worst_task = []
     for run in runs:
         for t, (n, tq) in run.per_task.items():
             if n >= 100 and task_best[t] > 0:
                 worst_task.append((tq / task_best[t], t))
+    at_floor = sum(1 for ratio, _ in worst_task if ratio >= settings.task_floor)
     table = [
         {
             "line": ln.name,
@@ -221,5 +261,6 @@ def report(stream: Stream, settings: LearnSettings, seeds: int = 3) -> dict[str,
         if ref.cost
         else None,
         "worst_task_vs_its_best": {"task": worst[1], "ratio": round(worst[0], 4)},
+        "tasks_at_floor": {"met": at_floor, "of": len(worst_task)},  # (task, ordering) pairs, >= 100 requests
         "best_single": best,
     }

@@ -356,13 +356,18 @@ class Learner:
         and exploitation's luck, both), over a future as long as the past."""
         s = self.settings
         names = list(est)
-        rated = sum(a.n for t in names for a in self.tasks[t].arms.values())
-        got = sum(a.s for t in names for a in self.tasks[t].arms.values())
-        n_t = {t: sum(a.n for a in self.tasks[t].arms.values()) for t in names}
+        n_t, got = self._served(names)
+        rated = sum(n_t.values())
         bar = sum(n_t[t] * est[t][best_single].mean for t in names)
         sd = _route_sd([(n_t[t], est[t][best_single]) for t in names])
         bank = got - s.quality_target * (bar + Z_BAR * sd)
         return -bank / max(1.0, BANK_HORIZON * rated)
+
+    def _served(self, names: Sequence[str]) -> tuple[dict[str, float], float]:
+        """The rated requests served per task, and the sum of their scores (the evidence is
+        what was served: only the served model's outcome is known)."""
+        n_t = {t: sum(a.n for a in self.tasks[t].arms.values()) for t in names}
+        return n_t, sum(a.s for t in names for a in self.tasks[t].arms.values())
 
     # -- the decision ------------------------------------------------------------------
     def choose(self, task: str, rng: random.Random) -> Choice:

@@ -1,0 +1,87 @@
+"""`switchyard eval routing --reveal`: the diagnostic that shows the learner more outcomes than
+it served (what bandit feedback costs the rule), with what it owes still counted on what it served,
+and the report's count of tasks at their floor."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+from gateway.lab.learned_eval import Row, Stream, _Revealing, replay, revealed
+from gateway.routing.learned import Learner, LearnSettings
+
+
+def _stream(n: int = 1200) -> Stream:
+    """Two tasks: the cheap model as good as the dear one on "easy", useless on "hard"; a
+    third model, "mid", priced between them and middling everywhere."""
+    rng = random.Random(3)
+    truth = {"easy": {"cheap": 0.9, "mid": 0.6, "dear": 0.9}, "hard": {"cheap": 0.1, "mid": 0.6, "dear": 0.9}}
+    costs = {"cheap": 0.001, "mid": 0.004, "dear": 0.01}
+    rows = []
+    for i in range(n):
+        task = "easy" if i % 2 else "hard"
+        rows.append(Row(task, {m: float(rng.random() < p) for m, p in truth[task].items()}, costs))
+    models = ["cheap", "dear", "mid"]
+    return Stream(rows, models, {"cheap": 1.0, "mid": 4.0, "dear": 10.0}, {})
+
+
+def test_revealed_models() -> None:
+    s = _stream(10)
+    assert revealed(s, "served", "dear") == frozenset()
+    assert revealed(s, "cheaper", "dear") == {"cheap", "mid"}
+    assert revealed(s, "cheaper", "mid") == {"cheap"}
+    assert revealed(s, "all", "dear") == {"cheap", "mid", "dear"}
+
+
+def test_revealed_outcomes_teach_but_are_not_owed() -> None:
+    """Outcomes shown but not served feed the evidence, never the route's bank: a shown model
+    that fails every time leaves what the route owes unchanged."""
+    learner = _Revealing(["cheap", "dear"], {"cheap": 1.0, "dear": 10.0})
+    learner.served_n["t"] += 10
+    learner.served_s += 9.0
+    for _ in range(10):
+        learner.observe("t", "dear", 1.0)
+        learner.observe("t", "cheap", 0.0)  # shown, not served
+    assert learner._served(["t"]) == ({"t": 10.0}, 9.0)
+    assert learner.estimate("t", "cheap").n == 10  # but it is evidence
+    plain = Learner(["cheap", "dear"], {"cheap": 1.0, "dear": 10.0})
+    for _ in range(10):
+        plain.observe("t", "dear", 1.0)
+        plain.observe("t", "cheap", 0.0)
+    assert plain._served(["t"]) == ({"t": 20.0}, 10.0)  # the real route: what it observed, it served
+
+
+def test_more_information_buys_cheaper_routes() -> None:
+    """Shown every outcome, the rule learns the per-task answer (cheap on easy, dear on hard)
+    with no exploration loss: cheaper than bandit feedback at its quality or better."""
+    s, settings = _stream(), LearnSettings()
+    bandit = [replay(s, settings, seed) for seed in range(3)]
+    full = [replay(s, settings, seed, revealed(s, "all", "dear")) for seed in range(3)]
+    cost = lambda runs: sum(r.cost for r in runs) / len(runs)  # noqa: E731
+    quality = lambda runs: sum(r.quality for r in runs) / len(runs)  # noqa: E731
+    assert cost(full) < cost(bandit)
+    assert quality(full) >= 0.95 * 0.9
+
+
+def test_cli_reveal_and_floor_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.jsonl"
+    s = _stream(400)
+    with path.open("w") as fh:
+        fh.write(json.dumps({"models": {m: {"price": p} for m, p in s.price.items()}}) + "\n")
+        for i, r in enumerate(s.rows):
+            fh.write(
+                json.dumps({"task": r.task, "prompt": f"p{i}", "scores": r.scores, "costs": r.costs}) + "\n"
+            )
+    assert (
+        main(["eval", "routing", "--stream", str(path), "--seeds", "2", "--reveal", "cheaper", "--json"]) == 0
+    )
+    result = json.loads(capsys.readouterr().out)
+    assert result["table"][-1]["line"].endswith("shown cheaper: 2 models' outcomes")
+    floor = result["tasks_at_floor"]
+    assert floor["of"] == 4 and 0 <= floor["met"] <= 4  # 2 tasks x 2 orderings, 200 requests each
+    assert main(["eval", "routing", "--stream", str(path), "--seeds", "1"]) == 0
+    assert "at the floor or above" in capsys.readouterr().out
