@@ -28,15 +28,15 @@ f x its own best target, at the least cost. The rule:
   neighbours). ``need`` is the route's realised bank: what the served requests scored beyond
   q x an upper bound (``Z_BAR``) of the best single model on the same tasks (exploration's
   shortfall and exploitation's luck both), owed back over a future half as long as the past.
-* ``choose``: after a warm-up (``warmup`` observations per model over the route, and every
-  model cheaper than the plan's pick whose upper bound reaches the floor once on each task),
-  explore a model that could still change the plan: a cheaper one whose upper bound reaches
-  f x the pick's mean (the most promising first; up to 2.5 x ``explore_share`` of the task's
-  requests), or one that could be the task's best (up to ``explore_share``); none while the
-  plan's bound is below zero (no quality left to spend). Else, on ``reference_share`` of
-  requests, serve the model with the highest upper bound of the route-wide mean (the contender
-  for best single model: the bar the route is held to must be measured, not assumed).
-  Otherwise exploit the plan. Exploration is paid like any request.
+* ``choose`` (exploration: ``learned_explore.py``): after a warm-up (``warmup`` observations
+  per model over the route, and every model cheaper than the plan's pick whose upper bound
+  reaches the floor once on each task), explore a model that could still change the plan: a
+  cheaper one whose upper bound reaches f x the pick's mean (the most promising first; up to
+  2.5 x ``explore_share`` of the task's requests), or one that could be the task's best (up to
+  ``explore_share``); none while the plan's bound is below zero (no quality left to spend).
+  Else, on ``reference_share`` of requests, serve the model with the highest upper bound of
+  the route-wide mean (the contender for best single model: the bar the route is held to must
+  be measured, not assumed). Otherwise exploit the plan. Exploration is paid like any request.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from gateway.routing.learned_explore import Z_EXPLORE, explore
 from gateway.routing.learned_frontier import Part, Totals
 from gateway.routing.learned_frontier import frontier as _frontier
 from gateway.routing.learned_frontier import part as _part
@@ -55,7 +56,6 @@ from gateway.routing.learned_prior import fit, logit, prior_means, sigmoid, stre
 MAX_TASKS: Final = 200  # tasks a learner plans for; further ones share OTHER
 OTHER: Final = "(other)"
 Z_PLAN: Final = 1.0  # one-sided confidence of the route's margin (about 84%)
-Z_EXPLORE: Final = 2.0  # upper bound used to decide whether a model could still matter
 Z_BAR: Final = 1.0  # the bank's bar: the best single model's upper bound, not its mean
 BANK_HORIZON: Final = 0.5  # the bank is owed back over a future this share of the past
 REFIT_GROWTH: Final = 0.05  # the evidence's growth that triggers a refit of the prior
@@ -206,7 +206,7 @@ class Learner:
         var = a * b / ((a + b) ** 2 * (a + b + 1.0))
         # The centre itself is uncertain while the model has little evidence over the route,
         # and that uncertainty is shared by every task: its share of the posterior's mean.
-        pooled = self._pooled_n.get(model, 0.0) if self._pooled_n is not None else self._pooled(model)[0]
+        pooled = self._pooled_n.get(model, 0.0) if self._pooled_n is not None else self.pooled(model)[0]
         shared = (k / (k + arm.n)) ** 2 * centre * (1.0 - centre) / (pooled + CENTRE_N)
         return Estimate(
             model, mean, math.sqrt(var + shared), arm.n, self._cost(task, model), math.sqrt(shared)
@@ -228,7 +228,8 @@ class Learner:
             cells, lambda t, m: sigmoid(a.get(m, 0.0) + b.get(t, 0.0)), self.settings.prior_strength
         )
 
-    def _pooled(self, model: str) -> tuple[float, float]:
+    def pooled(self, model: str) -> tuple[float, float]:
+        """The model's evidence over the route: observations and the sum of their scores."""
         n = s = 0.0
         for state in self.tasks.values():
             arm = state.arms.get(model)
@@ -252,7 +253,7 @@ class Learner:
     # -- the plan ----------------------------------------------------------------------
     def plan(self) -> Plan:
         if self._plan is None or self._since_plan >= self.settings.replan_every:
-            self._pooled_n = {m: self._pooled(m)[0] for m in self.models}
+            self._pooled_n = {m: self.pooled(m)[0] for m in self.models}
             seen = sum(self._pooled_n.values())
             # the prior is refitted once the evidence has grown by REFIT_GROWTH (or tasks came):
             # it moves little between two plans, and the fit is most of a plan's time
@@ -396,44 +397,7 @@ class Learner:
     def _explore(
         self, task: str, state: TaskState, picked: str, warm_only: bool = False
     ) -> tuple[str, str] | None:
-        s = self.settings
-        cold = [m for m in self.models if self._pooled(m)[0] < s.warmup and m != picked]
-        if cold:  # warm-up: every model a few times over the route, the cheapest first
-            return min(cold, key=lambda m: (self._pooled(m)[0], self.price[m])), "warm-up"
-        # every cheaper model once on each task, unless its upper bound (prior and all) is below
-        # the floor: the shared centre's spread keeps that bound wide until the model is known
-        unseen = [m for m in self.models if state.arms[m].n < 1 and self.price[m] < self.price[picked]]
-        if unseen:
-            cur = self.estimate(task, picked)
-            unseen = [
-                m
-                for m in unseen
-                if (e := self.estimate(task, m)).mean + Z_EXPLORE * e.sd >= s.task_floor * cur.mean
-            ]
-        if unseen:
-            return min(unseen, key=lambda m: self.price[m]), "warm-up"
-        if warm_only:
-            return None
-        est = {e.model: e for e in self.estimates(task)}
-        cur = est[picked]
-        top = max(est.values(), key=lambda e: e.mean)
-        useful = []
-        for m, e in est.items():
-            if m == picked or e.n >= s.max_explore_obs:
-                continue
-            ucb = e.mean + Z_EXPLORE * e.sd
-            if e.cost < cur.cost and ucb >= s.task_floor * cur.mean:
-                useful.append((0, -(e.mean + e.sd), e.cost, m, "bound"))  # could serve the task for less
-            elif ucb > top.mean + Z_EXPLORE * top.sd * 0.5:
-                useful.append((1, e.n, e.cost, m, "best"))  # could be the task's best
-        if not useful:
-            return None
-        kind, _, _, m, why = min(useful)
-        # A cheaper candidate costs less than the plan's pick: it may take a larger share.
-        cap = s.explore_share * (2.5 if kind == 0 else 1.0)
-        if state.explored >= 2 + cap * state.requests:
-            return None
-        return m, why
+        return explore(self, task, state, picked, warm_only)
 
 
 def _route_sd(terms: Sequence[tuple[float, Estimate]]) -> float:
