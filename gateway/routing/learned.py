@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from gateway.routing.learned_explore import Z_EXPLORE, explore
@@ -52,53 +52,17 @@ from gateway.routing.learned_frontier import Part, Totals
 from gateway.routing.learned_frontier import frontier as _frontier
 from gateway.routing.learned_frontier import part as _part
 from gateway.routing.learned_prior import fit, logit, prior_means, sigmoid, strength
+from gateway.routing.learned_state import Arm, Estimate, LearnSettings, TaskState
+
+__all__ = ["Arm", "Choice", "Estimate", "LearnSettings", "Learner", "Plan", "TaskState"]
 
 MAX_TASKS: Final = 200  # tasks a learner plans for; further ones share OTHER
 OTHER: Final = "(other)"
-Z_PLAN: Final = 1.0  # one-sided confidence of the route's margin (about 84%)
 Z_BAR: Final = 1.0  # the bank's bar: the best single model's upper bound, not its mean
 BANK_HORIZON: Final = 0.5  # the bank is owed back over a future this share of the past
 REFIT_GROWTH: Final = 0.05  # the evidence's growth that triggers a refit of the prior
 Z_PICK: Final = 0.25  # the plan values a model it would serve at mean - Z_PICK x sd
 CENTRE_N: Final = 2.0  # what a model's route-wide centre is worth before it has evidence
-
-
-@dataclass(frozen=True, slots=True)
-class LearnSettings:
-    quality_target: float = 0.95
-    task_floor: float = 0.85
-    prior_strength: float = 12.0  # most pseudo-observations the additive prior is worth
-    warmup: int = 3  # observations per model over the route before the bound-driven exploration
-    explore_share: float = 0.02  # of a task's requests (past two); 2.5x for cheaper candidates
-    reference_share: float = 0.02  # of requests serving the model that could be the best single one
-    max_explore_obs: int = 200  # a model needs no more observations on a task than this
-    replan_every: int = 8  # observations between two plans (and at every new task)
-    z: float = Z_PLAN
-
-
-@dataclass(slots=True)
-class Arm:
-    n: float = 0.0  # observations (feedback received)
-    s: float = 0.0  # sum of scores
-    cost_n: int = 0
-    cost_sum: float = 0.0
-
-
-@dataclass(slots=True)
-class TaskState:
-    requests: int = 0  # requests decided (served), labelled or not
-    explored: int = 0
-    arms: dict[str, Arm] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Estimate:
-    model: str
-    mean: float
-    sd: float
-    n: float
-    cost: float
-    shared: float = 0.0  # the part of sd from the model's route-wide centre, shared by its tasks
 
 
 @dataclass(frozen=True, slots=True)

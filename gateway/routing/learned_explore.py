@@ -12,16 +12,27 @@ request:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
-if TYPE_CHECKING:
-    from gateway.routing.learned import Learner, TaskState
+from gateway.routing.learned_state import Estimate, LearnSettings, TaskState
 
 Z_EXPLORE: Final = 2.0  # upper bound used to decide whether a model could still matter
 
 
+class Evidence(Protocol):
+    """What the choice reads of a learner (``learned.Learner``)."""
+
+    models: tuple[str, ...]
+    settings: LearnSettings
+    price: dict[str, float]
+
+    def pooled(self, model: str) -> tuple[float, float]: ...
+    def estimate(self, task: str, model: str) -> Estimate: ...
+    def estimates(self, task: str) -> list[Estimate]: ...
+
+
 def explore(
-    learner: Learner, task: str, state: TaskState, picked: str, warm_only: bool = False
+    learner: Evidence, task: str, state: TaskState, picked: str, warm_only: bool = False
 ) -> tuple[str, str] | None:
     s = learner.settings
     cold = [m for m in learner.models if learner.pooled(m)[0] < s.warmup and m != picked]
