@@ -13,14 +13,14 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from gateway.routing.learned import Estimate, Learner, LearnSettings
+from gateway.routing.learned import Choice, Estimate, Learner, LearnSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,7 @@ class Row:
     task: str
     scores: Mapping[str, float]
     costs: Mapping[str, float]
+    prompt: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,7 @@ def read_stream(path: Path) -> Stream:
                 meta = obj["models"]
                 continue
             try:
-                rows.append(Row(str(obj["task"]), obj["scores"], obj["costs"]))
+                rows.append(Row(str(obj["task"]), obj["scores"], obj["costs"], str(obj.get("prompt", ""))))
             except (KeyError, TypeError) as exc:
                 raise ValueError(f"{path}:{n}: a row needs task, scores and costs ({exc})") from None
     if not rows:
@@ -160,8 +161,13 @@ class Replay:
     per_task: dict[str, tuple[int, float]]  # task -> (requests, realised quality)
 
 
-def replay(stream: Stream, settings: LearnSettings, seed: int = 0) -> Replay:
-    """Run the stream through one learner: each row's chosen model's score and cost only."""
+Pick = Callable[[Row, Choice, Learner], str]
+
+
+def replay(stream: Stream, settings: LearnSettings, seed: int = 0, pick: Pick | None = None) -> Replay:
+    """Run the stream through one learner: each row's chosen model's score and cost only.
+    ``pick`` (lab/learned_per_prompt.py) may serve another model than the learner's choice;
+    the learner observes the model served."""
     learner = Learner(stream.models, stream.price, stream.ability, settings)
     rng = random.Random(seed)
     q = c = ec = 0.0
@@ -169,6 +175,8 @@ def replay(stream: Stream, settings: LearnSettings, seed: int = 0) -> Replay:
     tq: dict[str, list[float]] = defaultdict(list)
     for row in stream.rows:
         choice = learner.choose(row.task, rng)
+        if pick is not None:
+            choice = Choice(pick(row, choice, learner), choice.explore, choice.task, choice.why)
         score, cost = row.scores[choice.model], row.costs[choice.model]
         learner.observe(row.task, choice.model, score, cost, choice.explore)
         q += score
