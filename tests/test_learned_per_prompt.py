@@ -115,7 +115,12 @@ def test_the_command_prints_the_paired_lines(
     argv = ["eval", "routing", "--stream", str(path), "--seeds", "1", "--per-prompt", "classifier"]
     assert main([*argv, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert [r["line"] for r in result["table"]] == ["learned", "learned + per-prompt", "learned + hindsight"]
+    assert [r["line"] for r in result["table"]] == [
+        "learned",
+        "learned + per-prompt",
+        "learned + random score",
+        "learned + hindsight",
+    ]
     assert result["scorer"]["trained_on"] == ["gsm8k-dev.jsonl", "mmlu.jsonl"]
     assert result["scorer"]["ms_per_prompt"]["p50"] > 0
     assert main(argv) == 0

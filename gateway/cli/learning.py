@@ -194,6 +194,11 @@ def _per_prompt(args: argparse.Namespace, stream: Any, settings: Any) -> int:
         f"per-prompt minus plain: quality vs best {d['quality_vs_best']:+}, "
         f"cost vs best {d['cost_vs_best']:+}"
     )
+    d = result["control_difference"]
+    print(
+        f"random score minus plain (the replay's noise): quality vs best {d['quality_vs_best']:+}, "
+        f"cost vs best {d['cost_vs_best']:+}"
+    )
     print(
         f"mix decisions: {result['mix_share']:.1%} of requests; scorer AUC within (task, pair): "
         f"cheaper fails {result['auc_cheaper_fails']}, dearer does better {result['auc_dearer_better']}"

@@ -7,7 +7,8 @@ cascade's ``ShareCalibrator``), else to the cheaper one. Everything else (explor
 learner observes, the plan) is the learned route's code, on the same orderings and seeds as the
 plain replay (lab/learned_eval.py), so the two lines are paired.
 
-Lines: the plain learned route, the same with the scorer, and the same with a hindsight score
+Lines: the plain learned route, the same with the scorer, with a random score (a control: the
+difference a score without information makes, the replay's noise) and with a hindsight score
 (whether the dearer model of the pair does better on this prompt: the most any per-prompt
 scorer could add on these mixes). The scorer's power on the decisions it made: the AUC, within
 (task, pair), of "the cheaper model fails" (its score below 0.5) and of "the dearer model does
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import hashlib
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -104,6 +106,11 @@ def hindsight_score(row: Row, cheap: str, dear: str) -> float:
     return row.scores[dear] - row.scores[cheap]
 
 
+def random_score(row: Row, _cheap: str, _dear: str) -> float:
+    """Uniform in [0, 1), fixed per prompt (its text's SHA-1)."""
+    return int.from_bytes(hashlib.sha1(row.prompt.encode()).digest()[:8], "big") / 2**64
+
+
 def auc(pos: Sequence[float], neg: Sequence[float]) -> float:
     """P(a positive's value > a negative's), ties counted half (Mann-Whitney)."""
     ranked = sorted([(v, 1) for v in pos] + [(v, 0) for v in neg])
@@ -152,7 +159,12 @@ def paired(
     each the mean over ``seeds`` orderings, against the best single model."""
     lines, best, _ = baselines(stream)
     ref = lines[0]
-    runs: dict[str, list[Replay]] = {"learned": [], "learned + per-prompt": [], "learned + hindsight": []}
+    runs: dict[str, list[Replay]] = {
+        "learned": [],
+        "learned + per-prompt": [],
+        "learned + random score": [],
+        "learned + hindsight": [],
+    }
     picks: list[PerPrompt] = []
     for seed, ordered in enumerate(orderings(stream, seeds)):
         runs["learned"].append(replay(ordered, settings, seed))
@@ -179,7 +191,7 @@ def paired(
         }
         for name, (q, c) in means.items()
     ]
-    plain, scored = rq["learned"], rq["learned + per-prompt"]
+    plain, scored, control = rq["learned"], rq["learned + per-prompt"], rq["learned + random score"]
     decisions = [d for p in picks for d in p.decisions]
     return {
         "rows": len(stream.rows),
@@ -189,6 +201,10 @@ def paired(
         "difference": {
             "quality_vs_best": round(scored[0] - plain[0], 4),
             "cost_vs_best": round(scored[1] - plain[1], 4),
+        },
+        "control_difference": {
+            "quality_vs_best": round(control[0] - plain[0], 4),
+            "cost_vs_best": round(control[1] - plain[1], 4),
         },
         "mix_share": round(len(decisions) / (seeds * len(stream.rows)), 4),
         "auc_cheaper_fails": within_auc(decisions, lambda d: d.cheaper_fails),
