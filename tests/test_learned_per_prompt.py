@@ -76,6 +76,9 @@ def test_a_perfect_score_pays_and_a_random_one_does_not() -> None:
     assert abs(rand["auc_cheaper_fails"] - 0.5) < 0.1
     assert abs(rand["difference"]["cost_vs_best"]) < 0.02
     assert abs(rand["difference"]["quality_vs_best"]) < 0.01
+    # the command's own control line (a random score fixed per prompt) makes as little difference
+    for k in ("quality_vs_best", "cost_vs_best"):
+        assert abs(perfect["control_difference"][k]) < 0.02
     # the same plain line: the two replays are paired
     assert rand["table"][0] == perfect["table"][0]
 

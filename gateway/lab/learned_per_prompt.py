@@ -170,9 +170,12 @@ def paired(
         runs["learned"].append(replay(ordered, settings, seed))
         picks.append(PerPrompt(score, window))
         runs["learned + per-prompt"].append(replay(ordered, settings, seed, picks[-1]))
-        runs["learned + hindsight"].append(
-            replay(ordered, settings, seed, PerPrompt(hindsight_score, window))
-        )
+        for name, other in (
+            ("learned + random score", random_score),
+            ("learned + hindsight", hindsight_score),
+        ):
+            runs[name].append(replay(ordered, settings, seed, PerPrompt(other, window)))
+    assert all(len(rs) == seeds for rs in runs.values())
     means = {
         name: (sum(r.quality for r in rs) / seeds, sum(r.cost for r in rs) / seeds)
         for name, rs in runs.items()
