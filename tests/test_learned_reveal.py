@@ -60,7 +60,7 @@ def test_more_information_buys_cheaper_routes() -> None:
     with no exploration loss: cheaper than bandit feedback at its quality or better."""
     s, settings = _stream(), LearnSettings()
     bandit = [replay(s, settings, seed) for seed in range(3)]
-    full = [replay(s, settings, seed, revealed(s, "all", "dear")) for seed in range(3)]
+    full = [replay(s, settings, seed, shown=revealed(s, "all", "dear")) for seed in range(3)]
     cost = lambda runs: sum(r.cost for r in runs) / len(runs)  # noqa: E731
     quality = lambda runs: sum(r.quality for r in runs) / len(runs)  # noqa: E731
     assert cost(full) < cost(bandit)

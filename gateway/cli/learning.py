@@ -125,6 +125,8 @@ def cmd_eval_routing(args: argparse.Namespace) -> int:
     if args.half is not None:
         stream = half(stream, args.half)
     settings = LearnSettings(quality_target=args.quality_target, task_floor=args.task_floor)
+    if args.per_prompt:
+        return _per_prompt(args, stream, settings)
     result = report(stream, settings, seeds=args.seeds, reveal=args.reveal)
     if args.json:
         print(json.dumps(result))
@@ -145,6 +147,74 @@ def cmd_eval_routing(args: argparse.Namespace) -> int:
         f"tasks with >= 100 requests at the floor or above: {floor['met']} of {floor['of']} (all orderings)"
     )
     return 0
+
+
+def _per_prompt(args: argparse.Namespace, stream: Any, settings: Any) -> int:
+    """`eval routing --per-prompt`: the learned route with and without a per-prompt scorer on
+    its mixes (lab/learned_per_prompt.py), paired."""
+    from gateway.cache.embedder import load_embedder
+    from gateway.lab.learned_per_prompt import difficulty_score, paired
+    from gateway.lab.per_prompt_scorers import score_stream
+
+    data = [Path(d) for d in (args.data or DEFAULT_DATA)]
+    if args.per_prompt == "difficulty" and args.scorer_weights is None and not all(d.is_dir() for d in data):
+        print(f"switchyard eval routing: no labelled data at {', '.join(map(str, data))}", file=sys.stderr)
+        return 1
+    weights = Path(args.scorer_weights) if args.scorer_weights else None
+    cache = Path(args.cache) if args.cache else None
+    log = (lambda _m: None) if args.json else (lambda m: print(m, file=sys.stderr))
+    scored = score_stream(
+        args.per_prompt,
+        [r.prompt for r in stream.rows],
+        data,
+        load_embedder(args.embedder),
+        cache,
+        weights,
+        log,
+    )
+    result = paired(stream, settings, difficulty_score(scored.scores), seeds=args.seeds)
+    result["scorer"] = {
+        "kind": args.per_prompt,
+        "trained_on": scored.trained_on,
+        "left_out": scored.left_out,
+        "stream_prompts_seen_in_training": scored.seen,
+        "ms_per_prompt": {"p50": scored.ms_p50, "p99": scored.ms_p99},
+    }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    sc = result["scorer"]
+    print(f"{result['rows']} requests; seeds {result['seeds']}; per-prompt scorer: {args.per_prompt}")
+    print(
+        f"scorer trained on {', '.join(sc['trained_on'])} (left out: {', '.join(sc['left_out']) or '-'}); "
+        f"stream prompts seen in its training: {sc['stream_prompts_seen_in_training']}"
+    )
+    print("| line | quality | vs best | cost USD | vs best |\n| --- | ---: | ---: | ---: | ---: |")
+    for r in result["table"]:
+        cells = (r["line"], r["quality"], r["quality_vs_best"], r["cost_usd"], r["cost_vs_best"])
+        print("| " + " | ".join(map(str, cells)) + " |")
+    d = result["difference"]
+    print(
+        f"per-prompt minus plain: quality vs best {d['quality_vs_best']:+}, "
+        f"cost vs best {d['cost_vs_best']:+}"
+    )
+    d = result["control_difference"]
+    print(
+        f"random score minus plain (the replay's noise): quality vs best {d['quality_vs_best']:+}, "
+        f"cost vs best {d['cost_vs_best']:+}"
+    )
+    print(
+        f"mix decisions: {result['mix_share']:.1%} of requests; scorer AUC within (task, pair): "
+        f"cheaper fails {result['auc_cheaper_fails']}, dearer does better {result['auc_dearer_better']}"
+    )
+    ms = sc["ms_per_prompt"]
+    print(
+        f"scorer time per prompt (embedding + score, one at a time): p50 {ms['p50']} ms, p99 {ms['p99']} ms"
+    )
+    return 0
+
+
+DEFAULT_DATA = ("../shared/data/routing-multi", "../shared/data/routing")
 
 
 def cmd_eval_routing_stream(args: argparse.Namespace) -> int:
@@ -293,6 +363,24 @@ def register_eval(esub: Any) -> None:
         help="a diagnostic: show the learner the outcomes of the models cheaper than the best single"
         " one, or of all, besides the served one (the price of bandit feedback)",
     )
+    ev.add_argument(
+        "--per-prompt",
+        choices=["difficulty", "classifier"],
+        default=None,
+        help="also replay with this per-prompt scorer deciding the mixes' draws (paired lines)",
+    )
+    ev.add_argument(
+        "--data",
+        action="append",
+        default=None,
+        help="--per-prompt difficulty: labelled folders to train on, leaving out the stream's "
+        "sources (default: ../shared/data/routing-multi and ../shared/data/routing)",
+    )
+    ev.add_argument("--scorer-weights", default=None, help="--per-prompt: use this weights file instead")
+    ev.add_argument(
+        "--cache", default=None, help="--per-prompt: directory to cache embeddings in (not the repo)"
+    )
+    ev.add_argument("--embedder", default="auto", choices=["auto", "onnx", "torch"])
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=cmd_eval_routing)
     cas = esub.add_parser("cascade", help="the verifier cascade on answers with labels (gsm8k-dev)")

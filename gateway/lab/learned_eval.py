@@ -13,14 +13,14 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from gateway.routing.learned import Estimate, Learner, LearnSettings
+from gateway.routing.learned import Choice, Estimate, Learner, LearnSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,7 @@ class Row:
     task: str
     scores: Mapping[str, float]
     costs: Mapping[str, float]
+    prompt: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,7 @@ def read_stream(path: Path) -> Stream:
                 meta = obj["models"]
                 continue
             try:
-                rows.append(Row(str(obj["task"]), obj["scores"], obj["costs"]))
+                rows.append(Row(str(obj["task"]), obj["scores"], obj["costs"], str(obj.get("prompt", ""))))
             except (KeyError, TypeError) as exc:
                 raise ValueError(f"{path}:{n}: a row needs task, scores and costs ({exc})") from None
     if not rows:
@@ -187,11 +188,20 @@ def revealed(stream: Stream, reveal: str, best: str) -> frozenset[str]:
     return frozenset()
 
 
+Pick = Callable[[Row, Choice, Learner], str]
+
+
 def replay(
-    stream: Stream, settings: LearnSettings, seed: int = 0, shown: frozenset[str] = frozenset()
+    stream: Stream,
+    settings: LearnSettings,
+    seed: int = 0,
+    pick: Pick | None = None,
+    shown: frozenset[str] = frozenset(),
 ) -> Replay:
     """Run the stream through one learner: each row's chosen model's score and cost only (and
-    the scores of ``shown``, a diagnostic: see ``revealed``)."""
+    the scores of ``shown``, a diagnostic: see ``revealed``). ``pick``
+    (lab/learned_per_prompt.py) may serve another model than the learner's choice; the learner
+    observes the model served."""
     learner = (_Revealing if shown else Learner)(stream.models, stream.price, stream.ability, settings)
     rng = random.Random(seed)
     q = c = ec = 0.0
@@ -199,6 +209,8 @@ def replay(
     tq: dict[str, list[float]] = defaultdict(list)
     for row in stream.rows:
         choice = learner.choose(row.task, rng)
+        if pick is not None:
+            choice = Choice(pick(row, choice, learner), choice.explore, choice.task, choice.why)
         score, cost = row.scores[choice.model], row.costs[choice.model]
         learner.observe(row.task, choice.model, score, cost, choice.explore)
         if isinstance(learner, _Revealing):
@@ -227,7 +239,9 @@ def report(stream: Stream, settings: LearnSettings, seeds: int = 3, reveal: str 
     for seed in range(seeds):
         rows = list(stream.rows)
         random.Random(seed).shuffle(rows)
-        runs.append(replay(Stream(rows, stream.models, stream.price, stream.ability), settings, seed, shown))
+        runs.append(
+            replay(Stream(rows, stream.models, stream.price, stream.ability), settings, seed, shown=shown)
+        )
     quality = sum(r.quality for r in runs) / seeds
     cost = sum(r.cost for r in runs) / seeds
     name = f"learned (q={settings.quality_target}, floor={settings.task_floor})"
