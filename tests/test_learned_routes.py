@@ -16,7 +16,7 @@ from gateway.ledger.feedback import FeedbackStore
 from gateway.routing.learned import Estimate, Learner, LearnSettings
 from gateway.routing.learned_frontier import Totals, frontier
 from load_tests.mock_upstream import MockUpstream
-from tests.gateway_harness import mock_policy, start_gateway
+from tests.gateway_harness import ADMIN_KEY, mock_policy, start_gateway
 
 LEARNED = """
   learned:
@@ -94,6 +94,22 @@ def test_learned_route_end_to_end(tmp_path: Path, mock: MockUpstream) -> None:
                 == 200
             )
         rows = gw.ledger_rows()
+        admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+        snap = gw.get("/admin/learned", headers=admin)
+        assert snap.status_code == 200
+        plans = {(r["tenant"], r["task"]): r for r in snap.json()["learned"]}
+        assert set(plans) == {("team-a", "easy"), ("team-a", "hard")}
+        assert plans[("team-a", "hard")]["plan"].startswith("large")
+        assert "small" in plans[("team-a", "easy")]["plan"]
+        assert (
+            plans[("team-a", "easy")]["requests"] == 120
+            and plans[("team-a", "easy")]["best_single"] == "large"
+        )
+        assert gw.get("/admin/learned?tenant=team-b", headers=admin).json()["learned"] == []
+        csv = gw.get("/admin/learned?route=learned&format=csv", headers=admin)
+        assert csv.text.splitlines()[0] == "route,tenant,task,requests,explored,plan,best_single,bound"
+        assert gw.get("/admin/learned").status_code == 401
+        assert gw.get("/admin/learned", headers=gw.headers()).status_code == 403  # a tenant key
     finally:
         gw.stop()
     late_easy, late_hard = served["easy"][-40:], served["hard"][-40:]

@@ -18,6 +18,7 @@ from gateway.core.errors import BadRequestError
 from gateway.flow import admin
 from gateway.flow.services import Services
 from gateway.limits.keys import KeyLimits
+from gateway.routing.learned_routes import SNAPSHOT_COLUMNS
 
 router = APIRouter()
 JSON = "application/json"
@@ -161,6 +162,15 @@ async def quality(request: Request) -> Response:
     await asyncio.to_thread(svc.ledger.flush, 2.0)
     rows = await asyncio.to_thread(admin.quality, svc.settings.ledger_url, group, start, limit)
     return _table(request, "quality", rows, {"group_by": group}, admin.QUALITY_COLUMNS)
+
+
+@router.get("/admin/learned")
+async def learned(request: Request) -> Response:
+    """The learned routes' plans on this replica (``routing/learned_routes.snapshot``)."""
+    svc = _admin(request)
+    route, tenant = request.query_params.get("route"), request.query_params.get("tenant")
+    rows = svc.learned.snapshot(route or None, tenant or None)
+    return _table(request, "learned", rows, {}, SNAPSHOT_COLUMNS)
 
 
 @router.get("/admin/savings")

@@ -18,6 +18,8 @@ from gateway.core.types import Target
 from gateway.routing.learned import Choice, Estimate, Learner, LearnSettings
 from gateway.routing.plan import RoutePlan
 
+SNAPSHOT_COLUMNS = ("route", "tenant", "task", "requests", "explored", "plan", "best_single", "bound")
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -119,9 +121,44 @@ class LearnedRoutes:
                     learner.load(o.task, o.model, o.n, o.total)
         return len(tenants)
 
+    def snapshot(self, route: str | None = None, tenant: str | None = None) -> list[dict[str, object]]:
+        """What this process's learners do now, a row per (route, tenant, task): its requests
+        and explorations, the plan's target(s) with their shares, and the route's best single
+        model and bound (the lower bound of its margin over the quality target, < 0: no quality
+        left to spend). Replicas agree up to ``learn.sync_s``. Call it on the event loop (it
+        may replan, as a request would)."""
+        with self._lock:
+            learners = sorted(self._learners.items())
+        rows: list[dict[str, object]] = []
+        for (name, who), (_, _, learner) in learners:
+            if (route and name != route) or (tenant and who != tenant) or not learner.tasks:
+                continue
+            plan = learner.plan()
+            if any(t not in plan.mix for t in learner.tasks):
+                learner.invalidate()
+                plan = learner.plan()
+            for task, state in sorted(learner.tasks.items()):
+                rows.append(
+                    {
+                        "route": name,
+                        "tenant": who,
+                        "task": task,
+                        "requests": state.requests,
+                        "explored": state.explored,
+                        "plan": " + ".join(f"{m} {share:.2f}" for m, share in _by_share(plan.mix[task])),
+                        "best_single": plan.best_single,
+                        "bound": round(plan.lcb_margin, 4),
+                    }
+                )
+        return rows
+
     def estimates(self, plan: RoutePlan, tenant: str, task: str) -> tuple[list[Estimate], Learner]:
         learner = self.learner(plan, tenant)
         return learner.estimates(task), learner
+
+
+def _by_share(mix: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    return sorted(mix, key=lambda part: -part[1])
 
 
 def learned_routes(policy: Policy) -> list[str]:
