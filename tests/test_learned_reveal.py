@@ -83,5 +83,8 @@ def test_cli_reveal_and_floor_count(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert result["table"][-1]["line"].endswith("shown cheaper: 2 models' outcomes")
     floor = result["tasks_at_floor"]
     assert floor["of"] == 4 and 0 <= floor["met"] <= 4  # 2 tasks x 2 orderings, 200 requests each
+    runs = result["orderings"]
+    assert len(runs) == 2 and all(r["believed_best"] in s.models for r in runs)
     assert main(["eval", "routing", "--stream", str(path), "--seeds", "1"]) == 0
-    assert "at the floor or above" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "at the floor or above" in out and "orderings under the quality target:" in out

@@ -142,6 +142,13 @@ def cmd_eval_routing(args: argparse.Namespace) -> int:
     share, paid = result["explored_share"], result["explore_cost_vs_best"]
     print(f"explored {share:.1%} of requests ({paid:.1%} of the best single model's cost)")
     print(f"worst task with >= 100 requests: {worst['task']} at {worst['ratio']:.1%} of its best")
+    runs = result["orderings"]
+    under = [r for r in runs if (r["quality_vs_best"] or 0.0) < args.quality_target]
+    wrong = sum(1 for r in under if r["believed_best"] != result["best_single"])
+    print(
+        f"orderings under the quality target: {len(under)} of {len(runs)}"
+        f" ({wrong} of them ended taking another model for the best single one)"
+    )
     floor = result["tasks_at_floor"]
     print(
         f"tasks with >= 100 requests at the floor or above: {floor['met']} of {floor['of']} (all orderings)"

@@ -159,6 +159,7 @@ class Replay:
     explored: float  # share of requests that explored
     explore_cost: float
     per_task: dict[str, tuple[int, float]]  # task -> (requests, realised quality)
+    believed_best: str = ""  # the model the learner takes for the best single one at the end
 
 
 class _Revealing(Learner):
@@ -226,7 +227,7 @@ def replay(
             ec += cost
     n = len(stream.rows)
     per_task = {t: (len(v), sum(v) / len(v)) for t, v in tq.items()}
-    return Replay(q / n, c, explored / n, ec, per_task)
+    return Replay(q / n, c, explored / n, ec, per_task, learner.plan().best_single)
 
 
 def report(stream: Stream, settings: LearnSettings, seeds: int = 3, reveal: str = "served") -> dict[str, Any]:
@@ -277,4 +278,12 @@ def report(stream: Stream, settings: LearnSettings, seeds: int = 3, reveal: str 
         "worst_task_vs_its_best": {"task": worst[1], "ratio": round(worst[0], 4)},
         "tasks_at_floor": {"met": at_floor, "of": len(worst_task)},  # (task, ordering) pairs, >= 100 requests
         "best_single": best,
+        "orderings": [
+            {
+                "quality_vs_best": round(r.quality / ref.quality, 4) if ref.quality else None,
+                "cost_vs_best": round(r.cost / ref.cost, 4) if ref.cost else None,
+                "believed_best": r.believed_best,
+            }
+            for r in runs
+        ],
     }
