@@ -88,3 +88,14 @@ def test_cli_reveal_and_floor_count(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["eval", "routing", "--stream", str(path), "--seeds", "1"]) == 0
     out = capsys.readouterr().out
     assert "at the floor or above" in out and "orderings under the quality target:" in out
+
+
+def test_per_prompt_takes_no_reveal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text(
+        json.dumps({"task": "t", "prompt": "p", "scores": {"a": 1.0}, "costs": {"a": 0.1}}) + "\n"
+    )
+    assert (
+        main(["eval", "routing", "--stream", str(path), "--per-prompt", "difficulty", "--reveal", "all"]) == 2
+    )
+    assert "--per-prompt takes no --reveal" in capsys.readouterr().err

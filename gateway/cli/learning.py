@@ -126,6 +126,9 @@ def cmd_eval_routing(args: argparse.Namespace) -> int:
         stream = half(stream, args.half)
     settings = LearnSettings(quality_target=args.quality_target, task_floor=args.task_floor)
     if args.per_prompt:
+        if args.reveal != "served":
+            print("switchyard eval routing: --per-prompt takes no --reveal", file=sys.stderr)
+            return 2
         return _per_prompt(args, stream, settings)
     result = report(stream, settings, seeds=args.seeds, reveal=args.reveal)
     if args.json:
