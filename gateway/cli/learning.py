@@ -137,10 +137,7 @@ def cmd_eval_routing(args: argparse.Namespace) -> int:
     print(
         f"{result['rows']} requests, {result['models']} models, {result['tasks']} tasks; seeds {args.seeds}"
     )
-    print("| line | quality | vs best | cost USD | vs best |\n| --- | ---: | ---: | ---: | ---: |")
-    for r in result["table"]:
-        cells = (r["line"], r["quality"], r["quality_vs_best"], r["cost_usd"], r["cost_vs_best"])
-        print("| " + " | ".join(map(str, cells)) + " |")
+    _print_table(result["table"])
     worst = result["worst_task_vs_its_best"]
     share, paid = result["explored_share"], result["explore_cost_vs_best"]
     print(f"explored {share:.1%} of requests ({paid:.1%} of the best single model's cost)")
@@ -199,10 +196,7 @@ def _per_prompt(args: argparse.Namespace, stream: Any, settings: Any) -> int:
         f"scorer trained on {', '.join(sc['trained_on'])} (left out: {', '.join(sc['left_out']) or '-'}); "
         f"stream prompts seen in its training: {sc['stream_prompts_seen_in_training']}"
     )
-    print("| line | quality | vs best | cost USD | vs best |\n| --- | ---: | ---: | ---: | ---: |")
-    for r in result["table"]:
-        cells = (r["line"], r["quality"], r["quality_vs_best"], r["cost_usd"], r["cost_vs_best"])
-        print("| " + " | ".join(map(str, cells)) + " |")
+    _print_table(result["table"])
     d = result["difference"]
     print(
         f"per-prompt minus plain: quality vs best {d['quality_vs_best']:+}, "
@@ -222,6 +216,13 @@ def _per_prompt(args: argparse.Namespace, stream: Any, settings: Any) -> int:
         f"scorer time per prompt (embedding + score, one at a time): p50 {ms['p50']} ms, p99 {ms['p99']} ms"
     )
     return 0
+
+
+def _print_table(table: list[dict[str, Any]]) -> None:
+    print("| line | quality | vs best | cost USD | vs best |\n| --- | ---: | ---: | ---: | ---: |")
+    for r in table:
+        cells = (r["line"], r["quality"], r["quality_vs_best"], r["cost_usd"], r["cost_vs_best"])
+        print("| " + " | ".join(map(str, cells)) + " |")
 
 
 DEFAULT_DATA = ("../shared/data/routing-multi", "../shared/data/routing")
