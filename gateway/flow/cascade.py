@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from gateway.config.route_extras import CascadePolicy
 from gateway.core.errors import SwitchyardError
@@ -31,7 +30,7 @@ from gateway.flow.extra_rows import extra, settle
 from gateway.flow.services import Services
 from gateway.flow.upstream import attempt, metered
 from gateway.routing.plan import RoutePlan
-from gateway.routing.verify import plugin
+from gateway.routing.verify import answer_text, plugin
 from gateway.routing.verify_score import Grading, ShareCalibrator, disagreement, verdict
 
 log = logging.getLogger("switchyard")
@@ -115,13 +114,7 @@ async def _second_sample(
     await settle(svc, x, inbound.record.body)
     if other.completion is None:
         return None
-    return disagreement(_text(got.completion), _text(other.completion))
-
-
-def _text(completion: dict[str, Any]) -> str:
-    message = ((completion.get("choices") or [{}])[0] or {}).get("message") or {}
-    content = message.get("content")
-    return content if isinstance(content, str) else ""
+    return disagreement(answer_text(got.completion), answer_text(other.completion))
 
 
 async def _escalated_row(svc: Services, ex: Exchange, got: Answer, inbound: Inbound) -> None:

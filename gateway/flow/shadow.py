@@ -24,7 +24,7 @@ from gateway.flow.metering import priced
 from gateway.flow.services import Services
 from gateway.flow.upstream import attempt, metered
 from gateway.routing.plan import RoutePlan
-from gateway.routing.verify import check, final_answer
+from gateway.routing.verify import answer_text, check, final_answer
 
 log = logging.getLogger("switchyard")
 _SCORE: Final = re.compile(r"(?<![\d.])(0(?:\.\d+)?|1(?:\.0+)?)(?![\d.])")
@@ -59,7 +59,7 @@ async def _run(
         if reference is None:
             return
         if cfg.verify:  # the served answer passes the checks and agrees with the candidate's
-            mine, theirs = final_answer(_text(served)), final_answer(_text(reference))
+            mine, theirs = final_answer(answer_text(served)), final_answer(answer_text(reference))
             agrees = mine is None or theirs is None or abs(mine - theirs) < 1e-6
             score = 1.0 if check(cfg.verify, served, body) is None and agrees else 0.0
         else:
@@ -68,7 +68,7 @@ async def _run(
             graded = await _call(svc, plan, ex, cfg.judge, asked, "judge", "shadow:judge")
             if graded is None:
                 return
-            found = _SCORE.search(_text(graded))
+            found = _SCORE.search(answer_text(graded))
             if found is None:
                 log.warning("shadow judge gave no score for %s", ex.request_id)
                 return
@@ -109,15 +109,12 @@ def _chat_call(body: dict[str, Any]) -> Any:
     return call
 
 
-def _text(completion: dict[str, Any]) -> str:
-    return str(((completion.get("choices") or [{}])[0].get("message") or {}).get("content") or "")
-
-
 def _judge_body(body: dict[str, Any], served: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
     question = "\n".join(
         f"{m.get('role')}: {m.get('content')}" for m in body.get("messages") or () if isinstance(m, dict)
     )
-    user = f"Request:\n{question}\n\nAnswer A:\n{_text(served)}\n\nAnswer B (reference):\n{_text(reference)}"
+    answer, ref = answer_text(served), answer_text(reference)
+    user = f"Request:\n{question}\n\nAnswer A:\n{answer}\n\nAnswer B (reference):\n{ref}"
     return {
         "messages": [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}],
         "max_tokens": 8,

@@ -207,11 +207,21 @@ def _unfenced(text: str) -> str:
     return t
 
 
+def _message(completion: Mapping[str, Any]) -> Mapping[str, Any]:
+    message = ((completion.get("choices") or [{}])[0] or {}).get("message")
+    return message if isinstance(message, Mapping) else {}
+
+
+def answer_text(completion: Mapping[str, Any]) -> str:
+    """A chat completion's answer: its first choice's message text ("" when there is none)."""
+    content = _message(completion).get("content")
+    return content if isinstance(content, str) else ""
+
+
 def check(names: Sequence[str], completion: Mapping[str, Any], request: Mapping[str, Any]) -> str | None:
     """Run the named checks on a chat completion for ``request`` (an OpenAI chat body): the
     first failure's reason, or None when all pass (what the cascade escalates on)."""
-    message = ((completion.get("choices") or [{}])[0] or {}).get("message") or {}
-    text = message.get("content") or ""
+    message, text = _message(completion), answer_text(completion)
     fmt = request.get("response_format") or {}
     for name in names:
         if name == "math":

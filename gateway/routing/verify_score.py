@@ -45,6 +45,7 @@ from gateway.routing.verify import (
     _close,
     _eval,
     _number,
+    answer_text,
     check,
     final_answer,
     question_of,
@@ -261,8 +262,7 @@ def verdict(
     why = check([n for n in names if n != "math"], completion, request)
     if why is not None:
         return why
-    message = ((completion.get("choices") or [{}])[0] or {}).get("message") or {}
-    value = suspicion(message.get("content") or "", question_of(request), grading.coef)
+    value = suspicion(answer_text(completion), question_of(request), grading.coef)
     if grading.escalates(value):
         return f"math: suspicion {value:.2f}"
     return None
