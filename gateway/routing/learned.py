@@ -215,10 +215,6 @@ class Learner:
         return [self.estimate(task, m) for m in self.models]
 
     # -- the plan ----------------------------------------------------------------------
-    def invalidate(self) -> None:
-        """Replan at the next decision (a task came since the plan)."""
-        self._plan = None
-
     def plan(self) -> Plan:
         if self._plan is None or self._since_plan >= self.settings.replan_every:
             self._pooled_n = {m: self.pooled(m)[0] for m in self.models}
@@ -345,7 +341,7 @@ class Learner:
         state.requests += 1
         plan = self.plan()
         if task not in plan.mix:
-            self.invalidate()
+            self._plan = None
             plan = self.plan()
         picked = _draw(plan.mix[task], rng)
         # No quality left to spend (the plan's bound is below zero): exploit only.

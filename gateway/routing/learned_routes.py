@@ -133,10 +133,7 @@ class LearnedRoutes:
         for (name, who), (_, _, learner) in learners:
             if (route and name != route) or (tenant and who != tenant) or not learner.tasks:
                 continue
-            plan = learner.plan()
-            if any(t not in plan.mix for t in learner.tasks):
-                learner.invalidate()
-                plan = learner.plan()
+            plan = learner.plan()  # a new task resets the plan: it covers every task
             for task, state in sorted(learner.tasks.items()):
                 rows.append(
                     {
