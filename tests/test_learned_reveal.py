@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.lab.learned_eval import Row, Stream, _Revealing, replay, revealed
+from gateway.lab.learned_designs import Revealing
+from gateway.lab.learned_eval import Row, Stream, replay, revealed
 from gateway.routing.learned import Learner, LearnSettings
 
 
@@ -40,7 +41,7 @@ def test_revealed_models() -> None:
 def test_revealed_outcomes_teach_but_are_not_owed() -> None:
     """Outcomes shown but not served feed the evidence, never the route's bank: a shown model
     that fails every time leaves what the route owes unchanged."""
-    learner = _Revealing(["cheap", "dear"], {"cheap": 1.0, "dear": 10.0})
+    learner = Revealing(["cheap", "dear"], {"cheap": 1.0, "dear": 10.0})
     learner.served_n["t"] += 10
     learner.served_s += 9.0
     for _ in range(10):
@@ -98,4 +99,89 @@ def test_per_prompt_takes_no_reveal(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert (
         main(["eval", "routing", "--stream", str(path), "--per-prompt", "difficulty", "--reveal", "all"]) == 2
     )
-    assert "--per-prompt takes no --reveal" in capsys.readouterr().err
+    assert "--per-prompt takes no --reveal or --design" in capsys.readouterr().err
+
+
+def test_every_design_replays_and_the_plain_one_is_the_rule() -> None:
+    """Each design variant of `eval routing --design` runs a short replay; a design that
+    changes nothing (no settings, no hook, the plain learner) gives the route's own figures."""
+    from gateway.lab.learned_designs import DESIGNS, Design
+
+    s = _stream(300)
+    plain = replay(s, LearnSettings(), 1)
+    assert replay(s, LearnSettings(), 1, design=Design()) == plain
+    for name, design in DESIGNS.items():
+        run = replay(s, design.apply(LearnSettings()), 1, design=design)
+        assert 0.0 < run.quality <= 1.0 and run.cost > 0, name
+
+
+def test_probes_pay_and_teach_but_are_not_owed() -> None:
+    """Probes add their cost and evidence on the cheaper model; the route's bank counts only
+    what it served."""
+    from gateway.lab.learned_designs import DESIGNS
+
+    s = _stream(600)
+    design = DESIGNS["probes-true"]
+    bare = replay(s, LearnSettings(), 2)
+    probed = replay(s, LearnSettings(), 2, design=design)
+    assert probed.cost != bare.cost
+    learner = design.learner(s.models, s.price, s.ability, LearnSettings())
+    assert design.after is not None
+    extra = design.after(
+        learner, "easy", "dear", 1.0, {"cheap": 1.0, "mid": 0.0, "dear": 1.0}, s.rows[0].costs
+    )
+    assert extra in (0.0, s.rows[0].costs["cheap"], s.rows[0].costs["mid"])
+    assert learner._served(["easy"]) == ({"easy": 1.0}, 1.0)
+
+
+def test_cli_design(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.jsonl"
+    s = _stream(200)
+    with path.open("w") as fh:
+        fh.write(json.dumps({"models": {m: {"price": p} for m, p in s.price.items()}}) + "\n")
+        for i, r in enumerate(s.rows):
+            fh.write(
+                json.dumps({"task": r.task, "prompt": f"p{i}", "scores": r.scores, "costs": r.costs}) + "\n"
+            )
+    assert (
+        main(["eval", "routing", "--stream", str(path), "--seeds", "1", "--design", "screen", "--json"]) == 0
+    )
+    assert json.loads(capsys.readouterr().out)["table"][-1]["line"].endswith("design screen")
+    assert main(["eval", "routing", "--stream", str(path), "--design", "nope"]) == 2
+    assert "--design: one of" in capsys.readouterr().err
+    assert main(["eval", "routing", "--stream", str(path), "--design", "screen", "--reveal", "all"]) == 2
+
+
+def test_routing_stream_abilities(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`eval routing-stream --abilities` puts each model's accuracy from models.json in the
+    stream's models line (the catalog prior the replay starts from)."""
+    data = tmp_path / "routing-multi"
+    data.mkdir()
+    models = {
+        "a": {"input_price": 0.1, "output_price": 0.1, "accuracy": 0.4},
+        "b": {"input_price": 1, "output_price": 1},
+    }
+    (data / "models.json").write_text(json.dumps({"dcrouter": {"models": models}}))
+    row = {"prompt": "q", "task": "t", "score": {"a": 1.0, "b": 0.0}}
+    (data / "dcrouter.jsonl").write_text(json.dumps(row) + "\n")
+    for flag, want in (([], {}), (["--abilities"], {"a": 0.4})):
+        out = tmp_path / "s.jsonl"
+        assert (
+            main(
+                [
+                    "eval",
+                    "routing-stream",
+                    "--source",
+                    "dcrouter",
+                    "--data",
+                    str(data),
+                    "--out",
+                    str(out),
+                    *flag,
+                ]
+            )
+            == 0
+        )
+        capsys.readouterr()
+        meta = json.loads(out.read_text().splitlines()[0])["models"]
+        assert {m: v["ability"] for m, v in meta.items() if "ability" in v} == want

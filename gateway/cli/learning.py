@@ -118,6 +118,7 @@ def cmd_feedback_quality(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_routing(args: argparse.Namespace) -> int:
+    from gateway.lab.learned_designs import DESIGNS
     from gateway.lab.learned_eval import half, read_stream, report
     from gateway.routing.learned import LearnSettings
 
@@ -126,11 +127,17 @@ def cmd_eval_routing(args: argparse.Namespace) -> int:
         stream = half(stream, args.half)
     settings = LearnSettings(quality_target=args.quality_target, task_floor=args.task_floor)
     if args.per_prompt:
-        if args.reveal != "served":
-            print("switchyard eval routing: --per-prompt takes no --reveal", file=sys.stderr)
+        if args.reveal != "served" or args.design:
+            print("switchyard eval routing: --per-prompt takes no --reveal or --design", file=sys.stderr)
             return 2
         return _per_prompt(args, stream, settings)
-    result = report(stream, settings, seeds=args.seeds, reveal=args.reveal)
+    if args.design and args.design not in DESIGNS:
+        print(f"switchyard eval routing: --design: one of {', '.join(sorted(DESIGNS))}", file=sys.stderr)
+        return 2
+    if args.design and args.reveal != "served":
+        print("switchyard eval routing: --design takes no --reveal", file=sys.stderr)
+        return 2
+    result = report(stream, settings, seeds=args.seeds, reveal=args.reveal, design=args.design)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -235,7 +242,7 @@ def cmd_eval_routing_stream(args: argparse.Namespace) -> int:
     if not data.is_dir():
         print(f"switchyard eval routing-stream: no data folder at {data}", file=sys.stderr)
         return 1
-    n = write(args.source, data, Path(args.out))
+    n = write(args.source, data, Path(args.out), args.abilities)
     print(json.dumps({"rows": n, "out": args.out}))
     return 0
 
@@ -375,6 +382,11 @@ def register_eval(esub: Any) -> None:
         " one, or of all, besides the served one (the price of bandit feedback)",
     )
     ev.add_argument(
+        "--design",
+        default=None,
+        help="replay a variant of the rule instead (gateway/lab/learned_designs.py; none ships)",
+    )
+    ev.add_argument(
         "--per-prompt",
         choices=["difficulty", "classifier"],
         default=None,
@@ -407,4 +419,9 @@ def register_eval(esub: Any) -> None:
     st.add_argument("--source", required=True, choices=["dcrouter", "mmlu-pro"])
     st.add_argument("--data", default="../shared/data/routing-multi", help="the routing-multi folder")
     st.add_argument("--out", required=True)
+    st.add_argument(
+        "--abilities",
+        action="store_true",
+        help="each model's accuracy on these rows as its catalog ability (a best case for the prior)",
+    )
     st.set_defaults(func=cmd_eval_routing_stream)

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from gateway.lab.learned_designs import DESIGNS, Design, Revealing
 from gateway.routing.learned import Choice, Estimate, Learner, LearnSettings
 
 
@@ -162,19 +163,6 @@ class Replay:
     believed_best: str = ""  # the model the learner takes for the best single one at the end
 
 
-class _Revealing(Learner):
-    """A diagnostic: the rule shown the outcomes of more models than it served (what bandit
-    feedback costs it); what it owes is still counted on what it served."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.served_n: dict[str, float] = defaultdict(float)
-        self.served_s = 0.0
-
-    def _served(self, names: Sequence[str]) -> tuple[dict[str, float], float]:
-        return {t: self.served_n[t] for t in names}, self.served_s
-
-
 REVEALS = ("served", "cheaper", "all")  # whose outcomes the learner sees: see ``revealed``
 
 
@@ -198,12 +186,15 @@ def replay(
     seed: int = 0,
     pick: Pick | None = None,
     shown: frozenset[str] = frozenset(),
+    design: Design | None = None,
 ) -> Replay:
     """Run the stream through one learner: each row's chosen model's score and cost only (and
     the scores of ``shown``, a diagnostic: see ``revealed``). ``pick``
     (lab/learned_per_prompt.py) may serve another model than the learner's choice; the learner
-    observes the model served."""
-    learner = (_Revealing if shown else Learner)(stream.models, stream.price, stream.ability, settings)
+    observes the model served. ``design``: a variant of the rule (lab/learned_designs.py)."""
+    cls = design.learner if design is not None else Revealing if shown else Learner
+    learner = cls(stream.models, stream.price, stream.ability, settings)
+    after = design.after if design is not None else None
     rng = random.Random(seed)
     q = c = ec = 0.0
     explored = 0
@@ -214,11 +205,12 @@ def replay(
             choice = Choice(pick(row, choice, learner), choice.explore, choice.task, choice.why)
         score, cost = row.scores[choice.model], row.costs[choice.model]
         learner.observe(row.task, choice.model, score, cost, choice.explore)
-        if isinstance(learner, _Revealing):
-            learner.served_n[learner.name(row.task)] += 1
-            learner.served_s += score
+        if shown and isinstance(learner, Revealing):
+            learner.served(row.task, score)
             for m in shown - {choice.model}:
                 learner.observe(row.task, m, row.scores[m])
+        if after is not None:  # a design's background calls (probes): their cost counts
+            c += after(learner, row.task, choice.model, score, row.scores, row.costs)
         q += score
         c += cost
         tq[row.task].append(score)
@@ -230,24 +222,31 @@ def replay(
     return Replay(q / n, c, explored / n, ec, per_task, learner.plan().best_single)
 
 
-def report(stream: Stream, settings: LearnSettings, seeds: int = 3, reveal: str = "served") -> dict[str, Any]:
+def report(
+    stream: Stream, settings: LearnSettings, seeds: int = 3, reveal: str = "served", design: str | None = None
+) -> dict[str, Any]:
     """The table of one stream: the learned route (mean over ``seeds`` orderings of the stream)
-    beside the baselines, and the targets' checks. ``reveal``: see ``revealed``."""
+    beside the baselines, and the targets' checks. ``reveal``: see ``revealed``; ``design``: a
+    variant of the rule instead (lab/learned_designs.DESIGNS)."""
     lines, best, task_best = baselines(stream)
     ref = lines[0]
     shown = revealed(stream, reveal, best)
+    variant = DESIGNS[design] if design is not None else None
+    if variant is not None:
+        settings = variant.apply(settings)
     runs = []
     for seed in range(seeds):
         rows = list(stream.rows)
         random.Random(seed).shuffle(rows)
-        runs.append(
-            replay(Stream(rows, stream.models, stream.price, stream.ability), settings, seed, shown=shown)
-        )
+        ordered = Stream(rows, stream.models, stream.price, stream.ability)
+        runs.append(replay(ordered, settings, seed, shown=shown, design=variant))
     quality = sum(r.quality for r in runs) / seeds
     cost = sum(r.cost for r in runs) / seeds
     name = f"learned (q={settings.quality_target}, floor={settings.task_floor})"
     if reveal != "served":
         name += f", shown {reveal}: {len(shown)} models' outcomes"
+    if design is not None:
+        name += f", design {design}"
     learned = Line(name, quality, cost)
     worst_task = []
     for run in runs:

@@ -73,12 +73,19 @@ def mmlu_pro(data: Path) -> Iterator[dict[str, Any]]:
 SOURCES: Final = {"dcrouter": dcrouter, "mmlu-pro": mmlu_pro}
 
 
-def write(source: str, data: Path, out: Path) -> int:
+def write(source: str, data: Path, out: Path, abilities: bool = False) -> int:
     """Write the stream of ``source`` from ``data`` (the routing-multi folder) to ``out``;
-    returns the rows written (the models line excluded)."""
+    returns the rows written (the models line excluded). ``abilities``: give each model its
+    accuracy on the source's rows (``models.json``) as the catalog prior: a best case for a
+    catalog ability, since it is measured on the very rows replayed."""
+    accuracy = orjson.loads((data / "models.json").read_bytes())[source]["models"] if abilities else {}
     n = -1
     with out.open("wb") as fh:
         for obj in SOURCES[source](data):
+            if n < 0 and accuracy:
+                for m, meta in obj["models"].items():
+                    if "accuracy" in accuracy.get(m, {}):
+                        meta["ability"] = float(accuracy[m]["accuracy"])
             fh.write(orjson.dumps(obj) + b"\n")
             n += 1
     return n

@@ -79,11 +79,15 @@ class Plan:
     best_single: str
     lcb_margin: float  # the route's margin's lower bound at the plan
     contender: str = ""  # the model with the highest upper bound of the route's mean
+    rate: float = 0.0  # dollars saved per unit of quality of the step the margin stopped (0: none)
 
 
 class Learner:
     """One (tenant, route)'s learner over ``models`` (``price``: a per-request cost guess in
     any unit, e.g. the blended list price; ``ability``: a prior mean score where known)."""
+
+    z_pick = Z_PICK  # class attributes: the evaluation's design variants change them
+    z_bar = Z_BAR
 
     def __init__(
         self,
@@ -246,7 +250,7 @@ class Learner:
         need = self._need(est, best_single)
         # what a model would serve, planned on a lower bound (the plan picks the cheap models that
         # look good: their posterior means are the optimistic ones); the bar on its mean
-        low = {t: {m: _shift(e, -Z_PICK) for m, e in est[t].items()} for t in names}
+        low = {t: {m: _shift(e, -self.z_pick) for m, e in est[t].items()} for t in names}
         hulls = {t: _frontier(list(low[t].values())) for t in names}
 
         def margin(t: str, a: Estimate, b: Estimate, f: float) -> Part:
@@ -279,6 +283,7 @@ class Learner:
             route.add(p, 1.0)
 
         mix: dict[str, list[tuple[str, float]]] = {t: [(hulls[t][0].model, 1.0)] for t in names}
+        rate = 0.0
         open_ = set(names)
         while open_:
             # the next step on each task's frontier; the most dollars saved per quality lost first
@@ -310,10 +315,11 @@ class Learner:
                 pos[t] += 1
                 parts[t] = margin(t, b, b, 0.0)  # the same term, rebased on b
             elif not whole_route:
+                rate = (a.cost - b.cost) / max(a.mean - b.mean, 1e-9)
                 break  # the route's margin is spent
             else:
                 open_.discard(t)  # the task's floor stops it here
-        return Plan(mix, best_single, route.lcb(), contender)
+        return Plan(mix, best_single, route.lcb(), contender, rate)
 
     def _need(self, est: Mapping[str, Mapping[str, Estimate]], best_single: str) -> float:
         """The margin per request the plan must add so that the route makes up for what its
@@ -325,7 +331,7 @@ class Learner:
         rated = sum(n_t.values())
         bar = sum(n_t[t] * est[t][best_single].mean for t in names)
         sd = _route_sd([(n_t[t], est[t][best_single]) for t in names])
-        bank = got - s.quality_target * (bar + Z_BAR * sd)
+        bank = got - s.quality_target * (bar + self.z_bar * sd)
         return -bank / max(1.0, BANK_HORIZON * rated)
 
     def _served(self, names: Sequence[str]) -> tuple[dict[str, float], float]:
