@@ -30,6 +30,17 @@ def _stream(n: int = 1200) -> Stream:
     return Stream(rows, models, {"cheap": 1.0, "mid": 4.0, "dear": 10.0}, {})
 
 
+def _written(path: Path, s: Stream) -> Path:
+    """``s`` as a stream file for the CLI (its models line, then a row per request)."""
+    with path.open("w") as fh:
+        fh.write(json.dumps({"models": {m: {"price": p} for m, p in s.price.items()}}) + "\n")
+        for i, r in enumerate(s.rows):
+            fh.write(
+                json.dumps({"task": r.task, "prompt": f"p{i}", "scores": r.scores, "costs": r.costs}) + "\n"
+            )
+    return path
+
+
 def test_revealed_models() -> None:
     s = _stream(10)
     assert revealed(s, "served", "dear") == frozenset()
@@ -69,14 +80,8 @@ def test_more_information_buys_cheaper_routes() -> None:
 
 
 def test_cli_reveal_and_floor_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "s.jsonl"
     s = _stream(400)
-    with path.open("w") as fh:
-        fh.write(json.dumps({"models": {m: {"price": p} for m, p in s.price.items()}}) + "\n")
-        for i, r in enumerate(s.rows):
-            fh.write(
-                json.dumps({"task": r.task, "prompt": f"p{i}", "scores": r.scores, "costs": r.costs}) + "\n"
-            )
+    path = _written(tmp_path / "s.jsonl", s)
     assert (
         main(["eval", "routing", "--stream", str(path), "--seeds", "2", "--reveal", "cheaper", "--json"]) == 0
     )
@@ -135,14 +140,8 @@ def test_probes_pay_and_teach_but_are_not_owed() -> None:
 
 
 def test_cli_design(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "s.jsonl"
     s = _stream(200)
-    with path.open("w") as fh:
-        fh.write(json.dumps({"models": {m: {"price": p} for m, p in s.price.items()}}) + "\n")
-        for i, r in enumerate(s.rows):
-            fh.write(
-                json.dumps({"task": r.task, "prompt": f"p{i}", "scores": r.scores, "costs": r.costs}) + "\n"
-            )
+    path = _written(tmp_path / "s.jsonl", s)
     assert (
         main(["eval", "routing", "--stream", str(path), "--seeds", "1", "--design", "screen", "--json"]) == 0
     )
